@@ -1,0 +1,187 @@
+"""Configuration: dataclasses inside, one flat dict of dotted keys at every boundary.
+
+The CLI, Ray Tune, W&B and checkpoints all speak the flat form (``{"model.heads": 4}``);
+the code speaks ``Config``. ``Config.from_flat`` rejects unknown keys and coerces types, so a
+typo in a sweep file fails at once instead of silently training the default.
+
+This module also names the ablation arms (each a flat override of the same code) and the
+metric names, so that every reporter (console, Ray, W&B, results table) uses one spelling.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def default_data_dir() -> str:
+    """Where real benchmark files live: ``$HLGT_DATA_DIR``, else ``../shared/datasets``."""
+    return os.environ.get("HLGT_DATA_DIR", os.path.join("..", "shared", "datasets"))
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "sample"  # sample | math23k | mawps | ape210k
+    data_dir: str = field(default_factory=default_data_dir)
+    fold: int = 0  # MAWPS cross-validation fold (0..4)
+    annotator: str = "offline"  # offline | ltp | hanlp
+    annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
+    shards_dir: str = os.path.join("datasets", "processed")
+    graph: str = "srl"  # srl | parse | quantity_cell  (Table 2 graph variants)
+    min_word_freq: int = 1  # GTS keeps every training word (its trim threshold is 5 only on Math23K)
+    min_const_freq: int = 5  # GTS: an equation constant is kept when seen >= 5 times in training
+
+
+@dataclass
+class ModelConfig:
+    encoder: str = "hlgt"  # hlgt | hgt | rgat | none (the GTS baseline)
+    node_type: bool = True  # False: one node type for all nodes (Table 3, "w/o node type")
+    line_graph: bool = True  # False: static edge-type embeddings, no line-graph layers
+    aux_task: bool = True  # False: no numerical-comparison loss
+    embedding_size: int = 128
+    hidden_size: int = 512
+    heads: int = 4
+    layers: int = 2
+    dropout: float = 0.5
+    beta_com: float = 0.1
+    beam_size: int = 5
+    max_output_len: int = 45
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 80
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    lr_step: int = 20  # halve the learning rate every lr_step epochs
+    lr_gamma: float = 0.5
+    seed: int = 1
+    eval_every: int = 1
+    workers: int = 1
+    use_gpu: bool = False
+    threads: int = 0  # torch intra-op threads per worker; 0 leaves torch's default
+    out_dir: str = "runs"
+    wandb: bool = True
+    wandb_project: str = "hlgt"
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_flat(self) -> dict[str, Any]:
+        return {
+            f"{section.name}.{f.name}": getattr(getattr(self, section.name), f.name)
+            for section in dataclasses.fields(self)
+            for f in dataclasses.fields(getattr(self, section.name))
+        }
+
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any] | None = None) -> "Config":
+        return cls().override(flat or {})
+
+    def override(self, flat: dict[str, Any]) -> "Config":
+        """A copy with dotted keys replaced; unknown keys and bad values raise ``ValueError``."""
+        known = self.to_flat()
+        unknown = sorted(set(flat) - set(known))
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; known keys: {sorted(known)}")
+        out = dataclasses.replace(
+            self, **{s.name: dataclasses.replace(getattr(self, s.name)) for s in dataclasses.fields(self)}
+        )
+        for key, value in flat.items():
+            section, name = key.split(".", 1)
+            setattr(getattr(out, section), name, _coerce(key, value, type(known[key])))
+        return out
+
+
+def _coerce(key: str, value: Any, kind: type) -> Any:
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    if kind is bool:
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+    elif kind is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        if hasattr(value, "__index__") and not isinstance(value, bool):  # numpy ints from Tune
+            return int(value)
+    elif kind is float:
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool) or hasattr(value, "__float__"):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                pass
+    elif kind is str:
+        return str(value)
+    raise ValueError(f"config key {key!r} expects {kind.__name__}, got {value!r}")
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """``["model.heads=8", "train.lr=5e-4"]`` from a command line → a flat dict (types coerced later)."""
+    flat = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"override {pair!r} is not of the form key=value")
+        key, value = pair.split("=", 1)
+        flat[key.strip()] = value.strip()
+    return flat
+
+
+# The ablation arms of the paper's Tables 2 and 3, each a flat override of the full model.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "no_node_type": {"model.node_type": False},
+    "no_line_graph": {"model.line_graph": False},
+    "no_aux_task": {"model.aux_task": False},
+    "hgt": {"model.encoder": "hgt"},
+    "rgat": {"model.encoder": "rgat"},
+    "gts": {"model.encoder": "none"},
+    "parse_graph": {"data.graph": "parse"},
+    "quantity_cell": {"data.graph": "quantity_cell"},
+}
+
+
+def ablation_arms(names: str | list[str]) -> list[str]:
+    """``"all"``, ``"a,b"`` or a list → validated arm names, in the order given."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(ABLATIONS)
+    bad = [n for n in names if n not in ABLATIONS]
+    if bad:
+        raise ValueError(f"unknown ablation arm(s) {bad}; choose from {list(ABLATIONS)} or 'all'")
+    return list(names)
+
+
+# Dataset defaults from the paper's section 4.1 (epochs; LR halved every 20 epochs on Math23K,
+# every 10 on MAWPS and APE210K).
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "math23k": {"train.epochs": 80, "train.lr_step": 20},
+    "ape210k": {"train.epochs": 50, "train.lr_step": 10},
+    "mawps": {"train.epochs": 30, "train.lr_step": 10},
+    "sample": {"train.epochs": 30, "train.lr_step": 10},
+}
+
+# Metric names, defined once.
+TRAIN_LOSS = "train/loss"
+TRAIN_TREE_LOSS = "train/tree_loss"
+TRAIN_COM_LOSS = "train/com_loss"
+TRAIN_PROBLEMS_PER_S = "train/problems_per_s"
+VAL_VALUE_ACC = "val/value_acc"
+VAL_EQUATION_ACC = "val/equation_acc"
+TEST_VALUE_ACC = "test/value_acc"
+TEST_EQUATION_ACC = "test/equation_acc"
+EPOCH = "epoch"
+LR = "train/lr"
