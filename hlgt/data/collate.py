@@ -1,0 +1,218 @@
+"""Batches: shard rows → one padded, concatenated ``Batch``, the model's only input.
+
+The graph of every problem is concatenated with node and edge offsets (PyG style), and the
+ablation arm's graph variant is selected here, at batch time, from the superset stored in the
+shards: the data is preprocessed once and every arm reads the same files.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS
+from hlgt.data.vocab import NUM, Vocab
+
+
+@dataclass
+class Batch:
+    """B problems, T = longest text, Q = most quantities, S = longest target."""
+
+    ids: list[str]
+    tokens: torch.Tensor  # [B, T] word ids, 0 = pad
+    lengths: torch.Tensor  # [B]
+    num_pos: torch.Tensor  # [B, Q] token index of quantity i (0 where padded)
+    num_mask: torch.Tensor  # [B, Q] True for real quantities
+    num_values: torch.Tensor  # [B, Q] values, the labels of the comparison task
+    node_batch: torch.Tensor  # [Nn] problem index of each node
+    node_pos: torch.Tensor  # [Nn] token index of each node within its problem
+    node_type: torch.Tensor  # [Nn] NODE_TYPES id
+    edge_index: torch.Tensor  # [2, E] (src, dst) batch-global node ids
+    edge_type: torch.Tensor  # [E] EDGE_TYPES id
+    line_index: torch.Tensor  # [2, L] (src edge, dst edge) batch-global edge ids
+    target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
+    target_mask: torch.Tensor  # [B, S] True on real target tokens
+    answers: list[float]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: getattr(self, f.name).to(device)
+                for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)
+            },
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _variant_parts(variant: str) -> np.ndarray:
+    if variant not in GRAPH_VARIANTS:
+        raise ValueError(f"unknown graph variant {variant!r}; choose from {sorted(GRAPH_VARIANTS)}")
+    return np.array([GRAPH_PARTS.index(p) for p in GRAPH_VARIANTS[variant]], dtype=np.int64)
+
+
+def _concat(rows: Sequence[Mapping[str, Any]], column: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """All rows' lists of one column, concatenated, and each row's length."""
+    parts = [np.asarray(r[column], dtype=dtype).reshape(-1) for r in rows]
+    counts = np.array([len(p) for p in parts], dtype=np.int64)
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    return flat.astype(dtype, copy=False), counts
+
+
+def _pad(flat: np.ndarray, counts: np.ndarray, width: int, fill=0) -> np.ndarray:
+    """Ragged rows (concatenated ``flat``, lengths ``counts``) → a [B, width] array, row-major."""
+    out = np.full((len(counts), width), fill, dtype=flat.dtype)
+    out[np.arange(width)[None, :] < counts[:, None]] = flat
+    return out
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """Exclusive cumulative sum: where each row's items start in the concatenation."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def _target_ids(prefix: Any, vocab: Vocab) -> list[int]:
+    """Decoder ids of a gold prefix; empty when it is missing or holds a token the vocab lacks."""
+    if prefix is None or len(prefix) == 0:
+        return []
+    ids = [vocab.output_id(str(t)) for t in prefix]
+    return [] if any(i is None for i in ids) else ids
+
+
+def collate(
+    rows: Sequence[Mapping[str, Any]],
+    vocab: Vocab,
+    variant: str = "srl",
+    max_quantities: int | None = None,
+) -> Batch:
+    """Shard rows (``hlgt.data.schema`` columns) → one ``Batch``.
+
+    ``variant`` keeps the edges of that graph variant's parts (``GRAPH_VARIANTS``); nodes are kept
+    as they are and the line graph is restricted to the kept edges (exact for a non-backtracking
+    line graph). ``max_quantities`` fixes Q (a row with more quantities raises); otherwise Q is the
+    batch's largest count. A row without a representable gold prefix gets an all-False target mask
+    (the evaluator scores it as wrong; training data never holds such rows). S is at least 1.
+    """
+    if len(rows) == 0:
+        raise ValueError("collate needs at least one row")
+    parts = _variant_parts(variant)
+    b = len(rows)
+    num_id = vocab.word_id(NUM)
+
+    # Text: word ids, NUM at every quantity position.
+    word_ids = []
+    for r in rows:
+        ids = np.fromiter((vocab.word_id(str(t)) for t in r["tokens"]), dtype=np.int64, count=len(r["tokens"]))
+        ids[np.asarray(r["num_pos"], dtype=np.int64)] = num_id
+        word_ids.append(ids)
+    lengths = np.array([len(w) for w in word_ids], dtype=np.int64)
+    tokens = _pad(np.concatenate(word_ids), lengths, max(int(lengths.max()), 1))
+
+    # Quantities.
+    num_pos, q_counts = _concat(rows, "num_pos", np.int64)
+    num_values, _ = _concat(rows, "num_values", np.float64)
+    q = int(q_counts.max()) if max_quantities is None else max_quantities
+    if q_counts.max() > q:
+        raise ValueError(f"a problem has {int(q_counts.max())} quantities, more than max_quantities={q}")
+    num_mask = np.arange(q)[None, :] < q_counts[:, None]
+
+    # Graph: concatenate with node offsets, then keep the variant's edges and renumber them.
+    node_pos, n_counts = _concat(rows, "node_pos", np.int64)
+    node_type, _ = _concat(rows, "node_type", np.int64)
+    edge_src, e_counts = _concat(rows, "edge_src", np.int64)
+    edge_dst, _ = _concat(rows, "edge_dst", np.int64)
+    edge_type, _ = _concat(rows, "edge_type", np.int64)
+    edge_part, _ = _concat(rows, "edge_part", np.int64)
+    line_src, l_counts = _concat(rows, "line_src", np.int64)
+    line_dst, _ = _concat(rows, "line_dst", np.int64)
+    node_shift = np.repeat(_offsets(n_counts), e_counts)  # [E] offset of each edge's problem
+    edge_shift = np.repeat(_offsets(e_counts), l_counts)  # [L]
+    edge_src, edge_dst = edge_src + node_shift, edge_dst + node_shift
+    line_src, line_dst = line_src + edge_shift, line_dst + edge_shift
+    keep = np.isin(edge_part, parts)  # [E]
+    new_edge_id = np.cumsum(keep) - 1  # [E] id among the kept edges
+    keep_line = keep[line_src] & keep[line_dst]  # [L]
+
+    # Targets.
+    targets = [np.asarray(_target_ids(r["prefix"], vocab), dtype=np.int64) for r in rows]
+    t_counts = np.array([len(t) for t in targets], dtype=np.int64)
+    s = max(int(t_counts.max()), 1)
+
+    return Batch(
+        ids=[str(r["id"]) for r in rows],
+        tokens=torch.from_numpy(tokens),
+        lengths=torch.from_numpy(lengths),
+        num_pos=torch.from_numpy(_pad(num_pos, q_counts, q)),
+        num_mask=torch.from_numpy(num_mask),
+        num_values=torch.from_numpy(_pad(num_values, q_counts, q).astype(np.float32)),
+        node_batch=torch.from_numpy(np.repeat(np.arange(b, dtype=np.int64), n_counts)),
+        node_pos=torch.from_numpy(node_pos),
+        node_type=torch.from_numpy(node_type),
+        edge_index=torch.from_numpy(np.stack([edge_src[keep], edge_dst[keep]])),
+        edge_type=torch.from_numpy(edge_type[keep]),
+        line_index=torch.from_numpy(np.stack([new_edge_id[line_src[keep_line]], new_edge_id[line_dst[keep_line]]])),
+        target=torch.from_numpy(_pad(np.concatenate(targets), t_counts, s)),
+        target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
+        answers=[float(r["answer"]) for r in rows],
+    )
+
+
+def iter_batches(
+    rows: Sequence[Mapping[str, Any]],
+    vocab: Vocab,
+    batch_size: int,
+    shuffle: bool = False,
+    seed: int = 0,
+    variant: str = "srl",
+    max_quantities: int | None = None,
+) -> Iterator[Batch]:
+    """Batches over in-memory rows, for the single-process loop (no Ray). The last may be short."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = np.random.default_rng(seed).permutation(len(rows)) if shuffle else np.arange(len(rows))
+    for start in range(0, len(rows), batch_size):
+        yield collate([rows[i] for i in order[start : start + batch_size]], vocab, variant, max_quantities)
+
+
+def _numpy_columns_to_rows(batch: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    n = len(next(iter(batch.values()))) if batch else 0
+    return [{k: v[i] for k, v in batch.items()} for i in range(n)]
+
+
+def _make_shard_collate_fn() -> type:
+    from ray.data.collate_fn import NumpyBatchCollateFn
+
+    class ShardCollateFn(NumpyBatchCollateFn):
+        """``iter_torch_batches(collate_fn=ShardCollateFn(vocab, variant))``: numpy columns → ``Batch``.
+
+        The ``Batch`` is not a plain tensor batch, so Ray does not move it: call ``batch.to(device)``.
+        """
+
+        def __init__(self, vocab: Vocab | dict, variant: str = "srl", max_quantities: int | None = None):
+            super().__init__()
+            self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_dict(vocab)
+            _variant_parts(variant)  # fail at construction, not in a Ray thread
+            self.variant = variant
+            self.max_quantities = max_quantities
+
+        def __call__(self, batch: dict[str, np.ndarray]) -> Batch:
+            return collate(_numpy_columns_to_rows(batch), self.vocab, self.variant, self.max_quantities)
+
+    ShardCollateFn.__module__ = __name__
+    ShardCollateFn.__qualname__ = "ShardCollateFn"
+    return ShardCollateFn
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: Ray is imported only by callers that ask for its collate class, so the
+    # single-process path (and a machine without Ray) can use this module.
+    if name == "ShardCollateFn":
+        cls = globals()["ShardCollateFn"] = _make_shard_collate_fn()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
