@@ -20,6 +20,13 @@ def default_data_dir() -> str:
     return os.environ.get("HLGT_DATA_DIR", os.path.join("..", "shared", "datasets"))
 
 
+def storage_path(*parts: str) -> str:
+    """A path under the shared storage root ``$HLGT_STORAGE`` (S3 URI or NFS path on a cluster),
+    else under the working directory: shards, checkpoints and Tune results all live there."""
+    root = os.environ.get("HLGT_STORAGE", "")
+    return "/".join([root.rstrip("/"), *parts]) if root else os.path.join(*parts)
+
+
 @dataclass
 class DataConfig:
     dataset: str = "sample"  # sample | math23k | mawps | ape210k
@@ -27,7 +34,7 @@ class DataConfig:
     fold: int = 0  # MAWPS cross-validation fold (0..4)
     annotator: str = "offline"  # offline | ltp | hanlp
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
-    shards_dir: str = os.path.join("datasets", "processed")
+    shards_dir: str = field(default_factory=lambda: storage_path("datasets", "processed"))
     graph: str = "srl"  # srl | parse | quantity_cell  (Table 2 graph variants)
     min_word_freq: int = 1  # GTS keeps every training word (its trim threshold is 5 only on Math23K)
     min_const_freq: int = 5  # GTS: an equation constant is kept when seen >= 5 times in training
@@ -62,7 +69,7 @@ class TrainConfig:
     workers: int = 1
     use_gpu: bool = False
     threads: int = 0  # torch intra-op threads per worker; 0 leaves torch's default
-    out_dir: str = "runs"
+    out_dir: str = field(default_factory=lambda: storage_path("runs"))
     wandb: bool = True
     wandb_project: str = "hlgt"
 
