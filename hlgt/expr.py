@@ -498,22 +498,3 @@ def values_match(a: float, b: float, rel_tol: float = 1e-4, abs_tol: float = 1e-
     diff = abs(a - b)
     return diff <= abs_tol or diff <= rel_tol * max(abs(a), abs(b))
 
-
-def answer_matches(value: float, answer: str | float | int) -> bool:
-    """Does an equation's value agree with a dataset's answer field?
-
-    ``values_match``, or the answer is a decimal literal that equals ``value`` rounded to the
-    answer's own printed precision: MAWPS prints rounded answers (``0.25`` for 2.99/12 = 0.2492,
-    ``2.33`` for 2.3317), which the 1e-4 tolerance alone would drop as wrong. Used only to decide
-    whether a training problem is trustworthy; predictions are always scored with ``values_match``.
-    """
-    target = parse_answer(answer)
-    if target is None or value is None:
-        return False
-    if values_match(value, target):
-        return True
-    text = str(answer).strip()
-    match = re.fullmatch(r"-?\d+\.(\d+)", text)
-    if not match or not math.isfinite(float(value)):
-        return False
-    return round(float(value), len(match.group(1))) == round(target, len(match.group(1)))

@@ -1,0 +1,193 @@
+"""Stage 1, read: any supported problem file → typed ``Problem`` records.
+
+Three layouts are read, detected from the file itself:
+
+* Math23K's 7-line format: pretty-printed JSON objects written one after another (not one JSON
+  document, not one object per line);
+* one JSON array of objects (MAWPS);
+* JSON Lines, one object per line (APE210K and the project's own sample files).
+
+Every record needs ``id``, ``segmented_text`` (or ``original_text``), ``equation`` and ``ans``.
+Values are taken with the standard ``json`` module, never pandas/Arrow, so ids stay strings
+(MAWPS writes them as ints) and answers stay exactly as written (MAWPS writes floats).
+
+A record that cannot be used is skipped and counted under a named reason in
+``ReadResult.skipped`` — never dropped silently, never a crash. A file that cannot be opened, or a
+JSON array that does not parse as a whole, raises ``DataFileError`` naming the file.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Reader skip reasons (the report prints them under these names).
+MALFORMED_JSON = "malformed_json"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_FIELD = "missing_field"
+BAD_FIELD_TYPE = "bad_field_type"
+EMPTY_TEXT = "empty_text"
+
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+# Unsegmented Chinese fallback (a generic file with only original_text): one token per CJK
+# character or punctuation mark, runs of ASCII letters/digits/number punctuation kept together.
+_FALLBACK_TOKEN = re.compile(r"[A-Za-z0-9.%/()]+|\S")
+
+
+class DataFileError(ValueError):
+    """A whole file cannot be read (missing, unreadable, or not JSON at all)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str  # always a string
+    lang: str  # "zh" | "en"
+    tokens: tuple[str, ...]  # segmented text, as in the file (split on whitespace)
+    equation: str  # raw, e.g. "x=(11-1)*2"
+    answer: str  # raw answer as a string
+    source: str  # e.g. "math23k/Math_23K_train.json"
+
+
+@dataclass
+class ReadResult:
+    problems: list[Problem]
+    skipped: collections.Counter = field(default_factory=collections.Counter)  # reason -> count
+    records: int = 0  # records seen in the file (problems + skipped)
+
+
+def guess_lang(text: str) -> str:
+    """``"zh"`` when the text holds a CJK character, else ``"en"``."""
+    return "zh" if _CJK.search(text) else "en"
+
+
+def source_name(path: str | Path) -> str:
+    """``.../math23k/Math_23K_train.json`` → ``"math23k/Math_23K_train.json"``."""
+    p = Path(path)
+    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+
+
+def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
+    """Read one file in any of the three layouts; ``lang`` None guesses it from the file's texts."""
+    path = Path(path)
+    if lang not in (None, "zh", "en"):
+        raise ValueError(f"lang must be 'zh', 'en' or None, got {lang!r}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataFileError(f"problem file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataFileError(f"cannot read problem file {path}: {e}") from None
+    result = ReadResult(problems=[])
+    source = source_name(path)
+    for record in _records(text, path, result.skipped):
+        problem = _to_problem(record, lang, source, result.skipped)
+        if problem is not None:
+            result.problems.append(problem)
+    if lang is None and result.problems:
+        # One language per file: a Math23K problem that is pure arithmetic ("23 * 42 = ．") is
+        # still Chinese data. The file's language is its majority guess.
+        zh = sum(p.lang == "zh" for p in result.problems)
+        file_lang = "zh" if 2 * zh >= len(result.problems) else "en"
+        result.problems = [p if p.lang == file_lang else dataclasses.replace(p, lang=file_lang)
+                           for p in result.problems]
+    result.records = len(result.problems) + sum(result.skipped.values())
+    return result
+
+
+def _records(text: str, path: Path, skipped: collections.Counter) -> list:
+    """Parsed JSON values of the file; malformed pieces are counted under ``malformed_json``."""
+    body = text.lstrip()
+    if not body:
+        return []
+    if body[0] == "[":
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path} starts with '[' but is not a valid JSON array: {e}") from None
+        if not isinstance(data, list):
+            raise DataFileError(f"{path}: expected a JSON array of problems")
+        return data
+    first_line = body.split("\n", 1)[0].strip()
+    if _parses_as_object(first_line):
+        return _json_lines(text, skipped)
+    return _concatenated(text, skipped)
+
+
+def _parses_as_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _json_lines(text: str, skipped: collections.Counter) -> list:
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            skipped[MALFORMED_JSON] += 1
+    return out
+
+
+def _concatenated(text: str, skipped: collections.Counter) -> list:
+    """Objects written one after another (Math23K). After a malformed object, reading resumes at
+    the next line that opens an object, so one broken record costs one count, not the file."""
+    decoder = json.JSONDecoder()
+    out, i, n = [], 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            return out
+        try:
+            value, i = decoder.raw_decode(text, i)
+            out.append(value)
+        except json.JSONDecodeError:
+            skipped[MALFORMED_JSON] += 1
+            nxt = re.compile(r"^\{", re.M).search(text, i + 1)
+            if nxt is None:
+                return out
+            i = nxt.start()
+
+
+def _to_problem(record, lang: str | None, source: str, skipped: collections.Counter) -> Problem | None:
+    if not isinstance(record, dict):
+        skipped[NOT_AN_OBJECT] += 1
+        return None
+    text_field = "segmented_text" if "segmented_text" in record else "original_text"
+    if any(k not in record or record[k] is None for k in ("id", text_field, "equation", "ans")):
+        skipped[MISSING_FIELD] += 1
+        return None
+    pid, text, equation, answer = record["id"], record[text_field], record["equation"], record["ans"]
+    if (
+        not isinstance(pid, (str, int))
+        or isinstance(pid, bool)
+        or not isinstance(text, str)
+        or not isinstance(equation, str)
+        or not isinstance(answer, (str, int, float))
+        or isinstance(answer, bool)
+    ):
+        skipped[BAD_FIELD_TYPE] += 1
+        return None
+    problem_lang = lang or guess_lang(text)
+    if text_field == "segmented_text" or problem_lang == "en":
+        tokens = tuple(text.split())
+    else:
+        tokens = tuple(_FALLBACK_TOKEN.findall(text))
+    if not tokens:
+        skipped[EMPTY_TEXT] += 1
+        return None
+    return Problem(
+        id=str(pid),
+        lang=problem_lang,
+        tokens=tokens,
+        equation=equation.strip(),
+        answer=str(answer).strip(),
+        source=source,
+    )

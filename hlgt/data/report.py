@@ -1,0 +1,122 @@
+"""The data report: per dataset and split, problems read, skipped by the reader, kept, dropped.
+
+    python -m hlgt.data.report --data-dir ../shared/datasets [--dataset NAME ...] [--fold K|all]
+
+For every split it prints the records in the file(s), the reader's skips by reason, the
+problems read, the problems kept (and their share of those read), the problems dropped by reason
+(training rules, see clean.py) and, for valid and test, the problems kept whose gold equation
+cannot be represented (they score as wrong unless the model finds another equation with the
+right value). Two reference rows show the training rules on files that are not training files
+here: MAWPS's whole file (its folds only split it), and APE210K's valid file when train.ape.json
+is absent (valid and test rows need constants learned on a real training file, so they are
+printed only when it is present). A missing file is a printed line, not a failure; the exit
+status is 0 unless the data folder does not exist (2) or a dataset named with ``--dataset`` has
+no readable split at all (1).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+from hlgt.data.clean import DROP_REASONS, MAX_TOKENS, CleanResult, clean_split
+from hlgt.data.problems import ReadResult
+from hlgt.data.splits import DATASETS, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir, split_paths
+
+
+def _reasons(counter: collections.Counter) -> str:
+    order = {r: i for i, r in enumerate(DROP_REASONS)}
+    items = sorted(counter.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+    return " ".join(f"{k}={v}" for k, v in items if v) or "-"
+
+
+def _row(label: str, read: ReadResult, cleaned: CleanResult) -> str:
+    dropped = sum(cleaned.dropped.values())
+    kept = len(cleaned.examples)
+    share = f"{100.0 * kept / len(read.problems):.2f}%" if read.problems else "-"
+    text = (f"  {label:<16} {read.records:>7} {sum(read.skipped.values()):>7} {len(read.problems):>8} "
+            f"{kept:>7} {share:>8} {dropped:>7}  dropped: {_reasons(cleaned.dropped)}")
+    if read.skipped:
+        text += f"; reader skipped: {_reasons(read.skipped)}"
+    if cleaned.unrepresentable:
+        text += f"; kept, prefix None: {_reasons(cleaned.unrepresentable)}"
+    return text
+
+
+HEADER = f"  {'split':<16} {'records':>7} {'skipped':>7} {'problems':>8} {'kept':>7} {'kept %':>8} {'dropped':>7}"
+
+
+def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_freq: int, max_tokens: int) -> int:
+    """Print one dataset's table; return how many splits were read."""
+    print(f"\n== {dataset} ==")
+    print(HEADER)
+    done = 0
+    for fold in folds if dataset == "mawps" else [0]:
+        reads: dict[str, ReadResult] = {}
+        for split in SPLITS:
+            try:
+                reads[split] = read_split(dataset, split, data_dir, fold)
+            except (FileNotFoundError, ValueError) as e:
+                print(f"  {split:<16} not read: {e}")
+        tag = f" f{fold}" if dataset == "mawps" else ""
+        constants = None
+        if "train" in reads:
+            train = clean_split(reads["train"].problems, train=True, min_const_freq=min_const_freq,
+                                max_tokens=max_tokens)
+            constants = train.constants
+            print(_row("train" + tag, reads["train"], train))
+        elif "valid" in reads:  # APE210K here: show the training rules on the file that exists
+            as_train = clean_split(reads["valid"].problems, train=True, min_const_freq=min_const_freq,
+                                   max_tokens=max_tokens)
+            constants = as_train.constants
+            print(_row("valid (as train)", reads["valid"], as_train))
+        for split in ("valid", "test"):
+            if split in reads and "train" in reads:
+                cleaned = clean_split(reads[split].problems, train=False, constants=constants, max_tokens=max_tokens)
+                print(_row(split + tag, reads[split], cleaned))
+        if constants is not None:
+            print(f"  {'':<16} constants (min_const_freq={min_const_freq}): {' '.join(constants) or '-'}")
+        done += len(reads)
+    if dataset == "mawps" and done:
+        whole = read_split("mawps", "train", data_dir, 0)
+        for split in ("valid", "test"):
+            part = read_split("mawps", split, data_dir, 0)
+            whole.problems += part.problems
+            whole.records += part.records
+        print(_row("file (as train)", whole, clean_split(whole.problems, train=True, min_const_freq=min_const_freq,
+                                                         max_tokens=max_tokens)))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=None,
+                        help="folder holding math23k/, mawps/, ape210k/ "
+                             "(default: $HLGT_DATA_DIR or ../shared/datasets)")
+    parser.add_argument("--dataset", action="append", choices=list(DATASETS),
+                        help="dataset to report (repeatable; default: all)")
+    parser.add_argument("--fold", default="all", help=f"MAWPS fold 0..{MAWPS_N_FOLDS - 1}, or 'all' (default)")
+    parser.add_argument("--min-const-freq", type=int, default=5,
+                        help="a constant is kept when seen in >= N training equations")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longer training problems are dropped")
+    args = parser.parse_args(argv)
+    folds = list(range(MAWPS_N_FOLDS)) if args.fold == "all" else [int(args.fold)]
+    data_dir = resolve_data_dir(args.data_dir)
+    datasets = args.dataset or list(DATASETS)
+    if any(d != "sample" for d in datasets) and not data_dir.is_dir():
+        print(f"data folder {data_dir} does not exist; pass --data-dir or set HLGT_DATA_DIR", file=sys.stderr)
+        return 2
+    print(f"data dir: {data_dir}   (sample: {split_paths('sample', 'train')[0].parent})")
+    start = time.perf_counter()
+    status = 0
+    for dataset in datasets:
+        if report_dataset(dataset, data_dir, folds, args.min_const_freq, args.max_tokens) == 0 and args.dataset:
+            status = 1
+    print(f"\n({time.perf_counter() - start:.1f} s)")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Splits: which file (and which problems of it) make a dataset's train / valid / test.
+
+* ``math23k``: the common 21,162 / 1,000 / 1,000 files ``math23k/Math_23K_{train,val,test}.json``.
+* ``ape210k``: ``ape210k/{train,valid,test}.ape.json`` (only ``valid`` is in ../shared here; a
+  missing file is a clear error naming it).
+* ``mawps``: five-fold cross-validation over ``mawps/MAWPS.json``. The folds are fixed and seeded,
+  and their ids are committed in ``datasets/splits/mawps_folds.json`` so that every run and every
+  reader of the results uses the same folds. For fold k: test = fold k; valid = a seeded 10% of
+  the other four folds (chosen without looking at fold k, and also written out); train = the rest.
+  Problems with the same text (MAWPS repeats 213 texts) always share a fold and a side.
+  Regenerate (only if MAWPS.json changes): ``python -m hlgt.data.splits --write-mawps-folds``.
+* ``sample``: the project's own problems, ``datasets/sample/{zh,en}_{train,valid,test}.json``
+  (``sample_zh`` / ``sample_en`` give one language). It never reads ``data_dir``.
+
+Real files live in ``data_dir``: the ``--data-dir`` option, else ``$HLGT_DATA_DIR``, else
+``../shared/datasets`` (``hlgt.config.default_data_dir``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import sys
+from pathlib import Path
+
+from hlgt.config import default_data_dir
+from hlgt.data.clean import MAX_TOKENS, CleanResult, clean_split
+from hlgt.data.problems import Problem, ReadResult, read_problems
+
+DATASETS = ("math23k", "mawps", "ape210k", "sample")
+SAMPLE_LANGS = {"sample": ("zh", "en"), "sample_zh": ("zh",), "sample_en": ("en",)}
+SPLITS = ("train", "valid", "test")
+LANGS = {"math23k": "zh", "ape210k": "zh", "mawps": "en"}
+FILES = {
+    "math23k": {
+        "train": "math23k/Math_23K_train.json",
+        "valid": "math23k/Math_23K_val.json",
+        "test": "math23k/Math_23K_test.json",
+    },
+    "ape210k": {
+        "train": "ape210k/train.ape.json",
+        "valid": "ape210k/valid.ape.json",
+        "test": "ape210k/test.ape.json",
+    },
+    "mawps": {split: "mawps/MAWPS.json" for split in SPLITS},
+}
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_DIR = REPO_ROOT / "datasets" / "sample"
+MAWPS_FOLDS_FILE = REPO_ROOT / "datasets" / "splits" / "mawps_folds.json"
+MAWPS_N_FOLDS = 5
+MAWPS_SEED = 1
+MAWPS_VALID_FRACTION = 0.1
+
+
+def _check(dataset: str, split: str, fold: int) -> None:
+    if dataset not in DATASETS and dataset not in SAMPLE_LANGS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS) + ['sample_zh', 'sample_en']}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {list(SPLITS)}")
+    if dataset == "mawps" and not 0 <= fold < MAWPS_N_FOLDS:
+        raise ValueError(f"MAWPS fold must be in 0..{MAWPS_N_FOLDS - 1}, got {fold}")
+
+
+def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    """The folder holding the real datasets; a relative path is tried from the working directory,
+    then from the repository root (so ``../shared/datasets`` works from either)."""
+    path = Path(data_dir if data_dir is not None else default_data_dir())
+    if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
+        path = REPO_ROOT / path
+    return path
+
+
+def split_paths(dataset: str, split: str, data_dir: str | Path | None = None) -> list[Path]:
+    """The file(s) a split is read from (MAWPS: the one file all folds come from)."""
+    _check(dataset, split, 0)
+    if dataset in SAMPLE_LANGS:
+        return [SAMPLE_DIR / f"{lang}_{split}.json" for lang in SAMPLE_LANGS[dataset]]
+    return [resolve_data_dir(data_dir) / FILES[dataset][split]]
+
+
+def _require(path: Path, dataset: str, split: str) -> None:
+    if path.is_file():
+        return
+    if path.parent.is_relative_to(SAMPLE_DIR):
+        raise FileNotFoundError(f"{dataset} {split} file {path} is missing from the repository")
+    raise FileNotFoundError(
+        f"{dataset} {split} file not found: {path}. Point --data-dir (or the HLGT_DATA_DIR "
+        f"environment variable) at the folder that holds {FILES[dataset][split]}."
+    )
+
+
+def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0) -> ReadResult:
+    """Problems of one split and the reader's skip counts (MAWPS: records the reader skipped have
+    no usable id, hence no fold; they are counted with the training split)."""
+    _check(dataset, split, fold)
+    paths = split_paths(dataset, split, data_dir)
+    for path in paths:
+        _require(path, dataset, split)
+    if dataset in SAMPLE_LANGS:
+        result = ReadResult(problems=[])
+        for path, lang in zip(paths, SAMPLE_LANGS[dataset]):
+            part = read_problems(path, lang=lang)
+            result.problems += part.problems
+            result.skipped += part.skipped
+            result.records += part.records
+        return result
+    whole = read_problems(paths[0], lang=LANGS[dataset])
+    if dataset != "mawps":
+        return whole
+    ids = set(mawps_fold_ids(fold, [p.id for p in whole.problems])[split])
+    problems = [p for p in whole.problems if p.id in ids]
+    skipped = whole.skipped if split == "train" else collections.Counter()
+    return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()))
+
+
+def load_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0) -> list[Problem]:
+    """The problems of one split, in file order."""
+    return read_split(dataset, split, data_dir, fold).problems
+
+
+def load_clean(
+    dataset: str,
+    data_dir: str | Path | None = None,
+    fold: int = 0,
+    min_const_freq: int = 5,
+    max_tokens: int = MAX_TOKENS,
+) -> dict[str, CleanResult]:
+    """Clean all three splits: constants learned on train, then applied to valid and test."""
+    train = clean_split(load_split(dataset, "train", data_dir, fold), train=True,
+                        min_const_freq=min_const_freq, max_tokens=max_tokens)
+    out = {"train": train}
+    for split in ("valid", "test"):
+        out[split] = clean_split(load_split(dataset, split, data_dir, fold), train=False,
+                                 constants=train.constants, max_tokens=max_tokens)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# MAWPS folds.
+
+
+def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed: int = MAWPS_SEED,
+                     valid_fraction: float = MAWPS_VALID_FRACTION) -> dict:
+    """Seeded folds and, per fold, a seeded validation slice of the other folds.
+
+    MAWPS repeats problems (213 texts occur 2-4 times, 433 problems in all): problems with the
+    same text (case-folded) form one group and a group never straddles two folds, nor valid and
+    train, so no test problem is trained on under another id. Groups are shuffled with ``seed``
+    and each goes to the fold with the fewest problems so far.
+    """
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ValueError("MAWPS ids are not unique; folds need unique ids")
+    file_order = {i: n for n, i in enumerate(ids)}
+    groups: dict[str, list[str]] = {}
+    for p in problems:
+        groups.setdefault(" ".join(p.tokens).casefold(), []).append(p.id)
+    shuffled = list(groups.values())
+    random.Random(seed).shuffle(shuffled)
+    folds: list[list[str]] = [[] for _ in range(n_folds)]
+    fold_groups: list[list[list[str]]] = [[] for _ in range(n_folds)]
+    for group in shuffled:
+        k = min(range(n_folds), key=lambda j: len(folds[j]))
+        folds[k] += group
+        fold_groups[k].append(group)
+    valid = []
+    for k in range(n_folds):
+        rest = [g for j in range(n_folds) if j != k for g in fold_groups[j]]  # never looks at fold k
+        random.Random(seed * 1000 + k).shuffle(rest)
+        target, chosen = round(valid_fraction * sum(map(len, rest))), []
+        for group in rest:
+            if len(chosen) >= target:
+                break
+            chosen += group
+        valid.append(sorted(chosen, key=file_order.get))
+    return {
+        "dataset": "mawps",
+        "source": FILES["mawps"]["train"],
+        "problems": len(ids),
+        "n_folds": n_folds,
+        "seed": seed,
+        "valid_fraction": valid_fraction,
+        "rule": "fold k: test = folds[k]; valid = valid[k] (drawn from the other folds); train = the rest. "
+                "Problems with the same text share a fold (and the same side of valid/train).",
+        "folds": [sorted(f, key=file_order.get) for f in folds],
+        "valid": valid,
+    }
+
+
+def mawps_fold_ids(
+    fold: int, file_ids: list[str] | None = None, path: Path = MAWPS_FOLDS_FILE
+) -> dict[str, list[str]]:
+    """Ids of train / valid / test for one fold, from the committed fold file. With ``file_ids``
+    (the ids read from MAWPS.json), checks the fold file covers exactly those ids."""
+    if not path.is_file():
+        raise FileNotFoundError(f"MAWPS fold file {path} is missing; write it with "
+                                f"`python -m hlgt.data.splits --write-mawps-folds --data-dir DIR`")
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    folds = spec["folds"]
+    if not 0 <= fold < len(folds):
+        raise ValueError(f"MAWPS fold must be in 0..{len(folds) - 1}, got {fold}")
+    if file_ids is not None:
+        in_folds = {i for f in folds for i in f}
+        missing, extra = set(file_ids) - in_folds, in_folds - set(file_ids)
+        if missing or extra:
+            raise ValueError(
+                f"{path} does not match MAWPS.json ({len(missing)} ids of the file in no fold, "
+                f"{len(extra)} fold ids not in the file); regenerate it with "
+                f"`python -m hlgt.data.splits --write-mawps-folds`"
+            )
+    test = folds[fold]
+    valid = spec["valid"][fold]
+    held = set(test) | set(valid)
+    train = [i for j, f in enumerate(folds) if j != fold for i in f if i not in held]
+    return {"train": train, "valid": list(valid), "test": list(test)}
+
+
+def _folds_json(spec: dict) -> str:
+    """The fold file with one line per field and per id list (readable diffs, small file)."""
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in spec.items() if k not in ("folds", "valid")]
+    for key in ("folds", "valid"):
+        rows = ",\n".join(f"    {json.dumps(ids)}" for ids in spec[key])
+        lines.append(f"  {json.dumps(key)}: [\n{rows}\n  ],")
+    return "{\n" + "\n".join(lines)[:-1] + "\n}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id file.")
+    parser.add_argument("--data-dir", default=None, help="folder holding mawps/MAWPS.json "
+                        "(default: $HLGT_DATA_DIR or ../shared/datasets)")
+    parser.add_argument("--write-mawps-folds", action="store_true", help=f"write {MAWPS_FOLDS_FILE}")
+    args = parser.parse_args(argv)
+    if not args.write_mawps_folds:
+        parser.print_help()
+        return 2
+    path = resolve_data_dir(args.data_dir) / FILES["mawps"]["train"]
+    _require(path, "mawps", "train")
+    problems = read_problems(path, lang="en").problems
+    spec = make_mawps_folds(problems)
+    MAWPS_FOLDS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    MAWPS_FOLDS_FILE.write_text(_folds_json(spec), encoding="utf-8")
+    print(f"wrote {MAWPS_FOLDS_FILE}: {spec['problems']} ids in {spec['n_folds']} folds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

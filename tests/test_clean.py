@@ -1,0 +1,209 @@
+"""Cleaning (named drop reasons, constants learned on train) and splits (files, MAWPS folds, sample)."""
+import json
+from collections import Counter
+
+import pytest
+
+from hlgt.data.clean import clean_split, learn_constants
+from hlgt.data.numbers import to_example
+from hlgt.data.problems import Problem
+from hlgt.data.splits import (
+    MAWPS_FOLDS_FILE,
+    SAMPLE_DIR,
+    load_clean,
+    load_split,
+    make_mawps_folds,
+    mawps_fold_ids,
+    read_split,
+    resolve_data_dir,
+)
+
+REAL = resolve_data_dir(None)
+realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
+
+
+def _p(pid, text, equation, answer):
+    return Problem(id=pid, lang="zh", tokens=tuple(text.split()), equation=equation, answer=answer, source="t/t.json")
+
+
+def _common(n):
+    """n problems using constant "1"."""
+    return [_p(f"c{i}", f"用去 (1/{i + 2}) 剩 {i + 10} 米", f"x={i + 10}/(1-(1/{i + 2}))",
+               str((i + 10) / (1 - 1 / (i + 2)))) for i in range(n)]
+
+
+BAD = [
+    _p("b1", "有 3 个", "X-9=4", "13"),  # unparseable_equation
+    _p("b2", "有 3 个", "x=3+3", "7"),  # value_mismatch
+    _p("b3", "有 3 个", "x=3", "many"),  # unreadable_answer
+    _p("b4", "半径 5 米", "x=3.14*5*5", "78.5"),  # rare_constant (3.14 seen once)
+    _p("b5", " ".join(["字"] * 600) + " 3", "x=3", "3"),  # too_long
+]
+
+
+def test_train_drops_are_counted_by_reason():
+    result = clean_split(_common(6) + BAD, train=True, min_const_freq=5)
+    assert result.dropped == Counter(unparseable_equation=1, value_mismatch=1, unreadable_answer=1,
+                                     rare_constant=1, too_long=1)
+    assert [ex.id for ex in result.examples] == [f"c{i}" for i in range(6)]
+    assert result.read == len(result.examples) + sum(result.dropped.values())
+    assert result.constants == ["1"]
+    assert all(ex.flag is None and ex.prefix is not None for ex in result.examples)
+
+
+def test_valid_and_test_keep_every_readable_answer():
+    train = clean_split(_common(6), train=True, min_const_freq=5)
+    test = clean_split(BAD, train=False, constants=train.constants)
+    assert test.dropped == Counter(unreadable_answer=1)
+    assert [ex.id for ex in test.examples] == ["b1", "b2", "b4", "b5"]
+    assert test.unrepresentable == Counter(unparseable_equation=1, value_mismatch=1, rare_constant=1)
+    flags = {ex.id: ex.flag for ex in test.examples}
+    assert flags == {"b1": "unparseable_equation", "b2": "value_mismatch", "b4": "rare_constant", "b5": None}
+    assert all((ex.prefix is None) == (ex.flag is not None) for ex in test.examples)
+    assert {ex.id: ex.answer for ex in test.examples}["b4"] == 78.5  # scored by value
+
+
+def test_ten_thousand_character_text_is_a_counted_skip_in_training():
+    long_text = " ".join(["apple"] * 1666) + " 3"  # ~10,000 characters
+    problem = Problem(id="L", lang="en", tokens=tuple(long_text.split()), equation="x=3", answer="3", source="t")
+    assert clean_split([problem], train=True).dropped == Counter(too_long=1)
+    assert clean_split([problem], train=False, constants=[]).examples[0].prefix == ["N0"]
+
+
+def test_constants_learned_by_frequency_then_value():
+    examples = [to_example(_p(f"k{i}", "有 7 个", eq, str(ans)))
+                for i, (eq, ans) in enumerate([("x=7*100", 700)] * 3 + [("x=7+1", 8)] * 3 + [("x=7*2", 14)] * 2
+                                               + [("x=7*3.14", 21.98)] * 3)]
+    assert learn_constants(examples, 3) == ["1", "3.14", "100"]
+    assert learn_constants(examples, 1) == ["1", "3.14", "100", "2"]
+
+
+def test_given_constants_are_used_as_is():
+    result = clean_split(_common(2) + BAD[3:4], train=True, constants=["1", "3.14"])
+    assert result.constants == ["1", "3.14"] and not result.dropped
+
+
+def test_clean_split_argument_errors():
+    with pytest.raises(ValueError, match="constants"):
+        clean_split([], train=False)
+    with pytest.raises(ValueError, match="min_const_freq"):
+        clean_split([], train=True, min_const_freq=0)
+
+
+# --- splits -----------------------------------------------------------------------------------
+
+
+def test_split_errors_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="unknown dataset 'm23k'"):
+        load_split("m23k", "train", tmp_path)
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        load_split("math23k", "dev", tmp_path)
+    with pytest.raises(ValueError, match="fold"):
+        load_split("mawps", "train", tmp_path, fold=5)
+    with pytest.raises(FileNotFoundError, match="Math_23K_train.json.*--data-dir.*HLGT_DATA_DIR"):
+        load_split("math23k", "train", tmp_path)
+    (tmp_path / "ape210k").mkdir()
+    (tmp_path / "ape210k" / "valid.ape.json").write_text("", encoding="utf-8")
+    assert load_split("ape210k", "valid", tmp_path) == []
+    with pytest.raises(FileNotFoundError, match="train.ape.json"):
+        load_split("ape210k", "train", tmp_path)
+
+
+def test_generic_json_lines_dataset_dir(tmp_path):
+    """A data dir laid out like the real one, with files in another layout, reads the same."""
+    (tmp_path / "ape210k").mkdir()
+    rec = {"id": 5, "segmented_text": "有 3 个", "original_text": "有3个", "equation": "x=3", "ans": 3}
+    (tmp_path / "ape210k" / "test.ape.json").write_text(json.dumps([rec]), encoding="utf-8")
+    (p,) = load_split("ape210k", "test", tmp_path)
+    assert (p.id, p.lang, p.answer, p.source) == ("5", "zh", "3", "ape210k/test.ape.json")
+
+
+def test_sample_dataset():
+    splits = {s: load_split("sample", s) for s in ("train", "valid", "test")}
+    ids = [p.id for ps in splits.values() for p in ps]
+    assert len(ids) == len(set(ids))
+    langs = Counter(p.lang for ps in splits.values() for p in ps)
+    assert langs["zh"] >= 40 and langs["en"] >= 40
+    assert {p.lang for p in load_split("sample_en", "test")} == {"en"}
+    assert sorted(p.name for p in SAMPLE_DIR.iterdir()) == sorted(
+        f"{lang}_{split}.json" for lang in ("zh", "en") for split in ("train", "valid", "test"))
+    cleaned = load_clean("sample")
+    assert len(cleaned["train"].examples) == len(splits["train"]) and not cleaned["train"].dropped
+    assert cleaned["train"].constants[:2] == ["1", "100"]
+    assert len(cleaned["valid"].examples) == len(splits["valid"])
+    assert len(cleaned["test"].examples) == len(splits["test"])
+    kinds = Counter(q.kind for ex in cleaned["train"].examples for q in ex.quantities)
+    assert all(kinds[k] >= 3 for k in ("integer", "decimal", "fraction", "percentage", "ratio"))
+    assert any("(" in q.text and not q.text.startswith("(") for ex in cleaned["train"].examples
+               for q in ex.quantities), "the sample has mixed numbers"
+
+
+def _problems(n, dup_every=7):
+    """n problems; every dup_every-th repeats the text of the one before."""
+    return [Problem(id=str(i), lang="en", tokens=("q", str(i - (i % dup_every == 0 and i > 0))), equation="x=1",
+                    answer="1", source="t") for i in range(n)]
+
+
+def test_mawps_folds_are_seeded_disjoint_and_keep_duplicates_together():
+    problems = _problems(200)
+    spec = make_mawps_folds(problems, n_folds=5, seed=3)
+    assert spec == make_mawps_folds(problems, n_folds=5, seed=3)
+    assert spec["folds"] != make_mawps_folds(problems, n_folds=5, seed=4)["folds"]
+    ids = [i for f in spec["folds"] for i in f]
+    assert sorted(ids) == sorted(p.id for p in problems)
+    assert max(map(len, spec["folds"])) - min(map(len, spec["folds"])) <= 2
+    fold_of = {i: k for k, f in enumerate(spec["folds"]) for i in f}
+    texts = {}
+    for p in problems:
+        texts.setdefault(p.tokens, set()).add(fold_of[p.id])
+    assert all(len(folds) == 1 for folds in texts.values())
+    for k in range(5):
+        valid = set(spec["valid"][k])
+        assert not valid & set(spec["folds"][k])
+        assert abs(len(valid) - 0.1 * (200 - len(spec["folds"][k]))) <= 2
+    with pytest.raises(ValueError, match="unique"):
+        make_mawps_folds(problems + problems[:1])
+
+
+def test_committed_mawps_folds_partition_the_ids():
+    spec = json.loads(MAWPS_FOLDS_FILE.read_text(encoding="utf-8"))
+    assert spec["problems"] == 2373 and spec["n_folds"] == 5
+    all_ids = [i for f in spec["folds"] for i in f]
+    assert len(all_ids) == len(set(all_ids)) == 2373
+    for k in range(5):
+        s = mawps_fold_ids(k)
+        assert set(s["test"]) == set(spec["folds"][k])
+        assert not set(s["train"]) & set(s["valid"]) and not set(s["train"]) & set(s["test"])
+        assert not set(s["valid"]) & set(s["test"])
+        assert len(s["train"]) + len(s["valid"]) + len(s["test"]) == 2373
+
+
+def test_mawps_fold_file_must_match_the_data(tmp_path):
+    with pytest.raises(ValueError, match="does not match"):
+        mawps_fold_ids(0, file_ids=["1", "2"])
+    with pytest.raises(FileNotFoundError, match="--write-mawps-folds"):
+        mawps_fold_ids(0, path=tmp_path / "none.json")
+
+
+@realdata
+@pytest.mark.realdata
+def test_real_math23k_clean():
+    result = load_clean("math23k", REAL)
+    assert len(result["train"].examples) >= 20740  # >= 98% of 21,162
+    assert result["train"].dropped == Counter(unparseable_equation=1, value_mismatch=2, rare_constant=7)
+    assert result["train"].constants == ["1", "3.14"]
+    for split in ("valid", "test"):
+        assert len(result[split].examples) == 1000 and not result[split].dropped
+    assert result["valid"].unrepresentable == Counter(unparseable_equation=1, value_mismatch=1)
+
+
+@realdata
+@pytest.mark.realdata
+def test_real_mawps_folds_keep_every_test_problem():
+    for fold in range(5):
+        reads = {s: read_split("mawps", s, REAL, fold) for s in ("train", "valid", "test")}
+        assert sum(len(r.problems) for r in reads.values()) == 2373
+        result = load_clean("mawps", REAL, fold)
+        assert len(result["test"].examples) == len(reads["test"].problems)
+        assert len(result["valid"].examples) == len(reads["valid"].problems)
+        assert len(result["train"].examples) >= 0.96 * len(reads["train"].problems)

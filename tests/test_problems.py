@@ -1,0 +1,160 @@
+"""Reading problem files: three layouts, ids always strings, every bad record a counted skip."""
+import json
+
+import pytest
+
+from hlgt.data.problems import DataFileError, Problem, guess_lang, read_problems
+from hlgt.data.splits import resolve_data_dir
+
+REAL = resolve_data_dir(None)
+realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
+
+RECORDS = [
+    {"id": "1", "original_text": "小明有3个苹果", "segmented_text": "小明 有 3 个 苹果",
+     "equation": "x=3", "ans": "3"},
+    {"id": "2", "original_text": "Tom has 5 pens .", "segmented_text": "Tom has 5 pens .",
+     "equation": "x=5", "ans": "5"},
+]
+
+
+def _seven_line(records):
+    """Math23K's layout: pretty-printed objects written one after another."""
+    return "\n".join(json.dumps(r, ensure_ascii=False, indent=4) for r in records) + "\n"
+
+
+def test_reads_math23k_seven_line_layout(tmp_path):
+    path = tmp_path / "math23k" / "Math_23K_train.json"
+    path.parent.mkdir()
+    path.write_text(_seven_line(RECORDS), encoding="utf-8")
+    result = read_problems(path)
+    assert result.problems[0] == Problem(
+        id="1", lang="zh", tokens=("小明", "有", "3", "个", "苹果"), equation="x=3", answer="3",
+        source="math23k/Math_23K_train.json",
+    )
+    assert result.records == 2 and not result.skipped
+
+
+def test_language_is_guessed_per_file(tmp_path):
+    """A pure-arithmetic Math23K problem ("23 * 42 = ．") is Chinese data like the rest of its file."""
+    arithmetic = {"id": "51", "segmented_text": "23 * 42 = ．", "equation": "x=23*42", "ans": "966"}
+    zh = tmp_path / "zh.json"
+    zh.write_text(_seven_line([RECORDS[0], arithmetic]), encoding="utf-8")
+    assert [p.lang for p in read_problems(zh).problems] == ["zh", "zh"]
+    en = tmp_path / "en.json"
+    en.write_text(json.dumps([RECORDS[1], arithmetic]), encoding="utf-8")
+    assert [p.lang for p in read_problems(en).problems] == ["en", "en"]
+    assert [p.lang for p in read_problems(en, lang="zh").problems] == ["zh", "zh"]
+
+
+def test_reads_json_array_with_int_ids_and_float_answers(tmp_path):
+    """MAWPS writes ids as ints and answers as floats: both come back as strings."""
+    path = tmp_path / "MAWPS.json"
+    path.write_text(json.dumps([{**RECORDS[1], "id": 7, "ans": 504.0}]), encoding="utf-8")
+    (p,) = read_problems(path, lang="en").problems
+    assert p.id == "7" and isinstance(p.id, str)
+    assert p.answer == "504.0"
+
+
+def test_reads_json_lines_and_counts_malformed_line(tmp_path):
+    path = tmp_path / "valid.ape.json"
+    broken = '{"id": "9", "segmented_text": "broken'
+    lines = [json.dumps(RECORDS[0], ensure_ascii=False), broken, json.dumps(RECORDS[1])]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["1", "2"]
+    assert result.skipped == {"malformed_json": 1}
+    assert result.records == 3
+
+
+def test_seven_line_layout_resumes_after_a_malformed_object(tmp_path):
+    path = tmp_path / "f.json"
+    text = _seven_line(RECORDS[:1]) + '{\n    "id":"x",\n    "ans": \n}\n' + _seven_line(RECORDS[1:])
+    path.write_text(text, encoding="utf-8")
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["1", "2"]
+    assert result.skipped == {"malformed_json": 1}
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({"id": "3", "segmented_text": "a 1", "equation": "x=1"}, "missing_field"),
+        ({"id": "3", "segmented_text": "a 1", "equation": "x=1", "ans": None}, "missing_field"),
+        ({"id": "3", "segmented_text": "a 1", "equation": "x=1", "ans": [1]}, "bad_field_type"),
+        ({"id": "3", "segmented_text": "a 1", "equation": 5, "ans": "1"}, "bad_field_type"),
+        ({"id": True, "segmented_text": "a 1", "equation": "x=1", "ans": "1"}, "bad_field_type"),
+        ({"id": "3", "segmented_text": "   ", "equation": "x=1", "ans": "1"}, "empty_text"),
+        ([1, 2], "not_an_object"),
+    ],
+)
+def test_bad_records_are_counted_skips(tmp_path, record, reason):
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps([RECORDS[1], record]), encoding="utf-8")
+    result = read_problems(path)
+    assert len(result.problems) == 1
+    assert result.skipped == {reason: 1}
+
+
+def test_non_numeric_answer_is_read_and_left_to_cleaning(tmp_path):
+    """The reader keeps the raw answer; clean.py counts it as unreadable_answer."""
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps([{**RECORDS[1], "ans": "many"}]), encoding="utf-8")
+    assert read_problems(path).problems[0].answer == "many"
+
+
+def test_ten_thousand_character_text_is_read(tmp_path):
+    path = tmp_path / "f.json"
+    text = " ".join(["word"] * 2000)  # ~10,000 characters
+    path.write_text(json.dumps([{**RECORDS[1], "segmented_text": text}]), encoding="utf-8")
+    (p,) = read_problems(path).problems
+    assert len(p.tokens) == 2000
+
+
+def test_original_text_fallback_splits_unsegmented_chinese(tmp_path):
+    path = tmp_path / "f.json"
+    rec = {"id": 1, "original_text": "买3.5千克(1/4)", "equation": "x=1", "ans": "1"}
+    path.write_text(json.dumps([rec], ensure_ascii=False), encoding="utf-8")
+    (p,) = read_problems(path).problems
+    assert p.tokens == ("买", "3.5", "千", "克", "(1/4)") and p.lang == "zh"
+
+
+def test_file_errors_name_the_file(tmp_path):
+    with pytest.raises(DataFileError, match="not found.*nope.json"):
+        read_problems(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"id": 1,', encoding="utf-8")
+    with pytest.raises(DataFileError, match="bad.json"):
+        read_problems(bad)
+    with pytest.raises(ValueError, match="lang"):
+        read_problems(bad, lang="fr")
+
+
+def test_empty_file_reads_nothing(tmp_path):
+    path = tmp_path / "f.json"
+    path.write_text("\n\n", encoding="utf-8")
+    result = read_problems(path)
+    assert result.problems == [] and result.records == 0
+
+
+def test_guess_lang():
+    assert guess_lang("小明 有 3 个") == "zh"
+    assert guess_lang("Tom has 3") == "en"
+
+
+@realdata
+@pytest.mark.realdata
+@pytest.mark.parametrize(
+    "name, count, lang",
+    [
+        ("math23k/Math_23K_train.json", 21162, "zh"),
+        ("math23k/Math_23K_val.json", 1000, "zh"),
+        ("math23k/Math_23K_test.json", 1000, "zh"),
+        ("mawps/MAWPS.json", 2373, "en"),
+        ("ape210k/valid.ape.json", 5000, "zh"),
+    ],
+)
+def test_real_files_read_whole(name, count, lang):
+    result = read_problems(REAL / name)
+    assert len(result.problems) == count and not result.skipped
+    assert all(isinstance(p.id, str) and p.lang == lang for p in result.problems)
+    assert len({p.id for p in result.problems}) == count

@@ -1,0 +1,57 @@
+"""The data report: a table per dataset and split, exit 0, missing files reported not raised."""
+import re
+
+import pytest
+
+from hlgt.data.report import main
+from hlgt.data.splits import resolve_data_dir
+
+REAL = resolve_data_dir(None)
+realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
+
+
+def _row(out: str, label: str) -> list[str]:
+    (line,) = [ln for ln in out.splitlines() if re.match(rf"\s+{re.escape(label)}\s+\d", ln)]
+    return line.split()
+
+
+def test_report_on_the_sample(capsys):
+    assert main(["--dataset", "sample"]) == 0
+    out = capsys.readouterr().out
+    assert "== sample ==" in out
+    train = _row(out, "train")
+    assert train[1:6] == ["74", "0", "74", "74", "100.00%"]
+    assert "kept, prefix None: rare_constant=2" in out  # the two 3.14 test problems
+    assert "constants (min_const_freq=5): 1 100" in out
+
+
+def test_missing_files_are_reported_not_raised(tmp_path, capsys):
+    (tmp_path / "ape210k").mkdir()
+    (tmp_path / "ape210k" / "valid.ape.json").write_text(
+        '{"id": "1", "segmented_text": "有 3 个", "original_text": "有3个", "equation": "x=3", "ans": "3"}\n'
+        '{"id": "2", "segmented_text": "有 3 个", "original_text": "有3个", "equation": "x=3", "ans": "??"}\n'
+        "not json\n",
+        encoding="utf-8",
+    )
+    assert main(["--data-dir", str(tmp_path), "--dataset", "ape210k"]) == 0
+    out = capsys.readouterr().out
+    assert "train            not read: ape210k train file not found" in out
+    row = _row(out, "valid (as train)")
+    assert row[3:8] == ["3", "1", "2", "1", "50.00%"]
+    assert "dropped: unreadable_answer=1; reader skipped: malformed_json=1" in out
+    assert main(["--data-dir", str(tmp_path), "--dataset", "math23k"]) == 1  # named, nothing readable
+
+
+def test_missing_data_dir_exits_2(tmp_path, capsys):
+    assert main(["--data-dir", str(tmp_path / "none"), "--dataset", "math23k"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@realdata
+@pytest.mark.realdata
+def test_report_on_real_math23k(capsys):
+    assert main(["--data-dir", str(REAL), "--dataset", "math23k"]) == 0
+    out = capsys.readouterr().out
+    assert _row(out, "train")[1:5] == ["21162", "0", "21162", "21152"]
+    assert _row(out, "valid")[1:5] == ["1000", "0", "1000", "1000"]
+    assert _row(out, "test")[1:5] == ["1000", "0", "1000", "1000"]
