@@ -2,7 +2,13 @@
 
 The graph of every problem is concatenated with node and edge offsets (PyG style), and the
 ablation arm's graph variant is selected here, at batch time, from the superset stored in the
-shards: the data is preprocessed once and every arm reads the same files.
+shards: the data is preprocessed once and every arm reads the same files. Tokens are stored as
+strings and mapped to ids here, so one shard set serves any vocabulary.
+
+Entry points: ``collate(rows, vocab, variant)`` for rows from ``hlgt.data.build.load_rows``;
+``iter_batches`` for the single-process loop; ``ShardCollateFn`` (a Ray ``NumpyBatchCollateFn``,
+imported only on request) for ``iter_torch_batches`` on Ray Train workers. All vectorised with
+numpy over the concatenated lists: no Python loop over nodes or edges.
 """
 from __future__ import annotations
 

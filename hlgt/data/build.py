@@ -1,0 +1,682 @@
+"""Stage 5: a dataset → Parquet shards + ``manifest.json``, annotated in a Ray Data actor pool.
+
+    python -m hlgt.data.build --dataset math23k [--split valid] [--annotator offline|ltp|hanlp]
+        [--annotator-model M] [--fold K] [--data-dir DIR] [--out DIR] [--actors N | --no-ray]
+        [--address ADDR] [--force]
+    python -m hlgt.data.build --bench --dataset ape210k --split valid --actors 1,2
+
+One build covers a whole dataset (one MAWPS fold): every split is read and cleaned (constants
+learned on train), the vocabulary is built on train, then each requested split goes through
+``AnnotateGraph`` (annotate + build_graph per problem; the annotator is constructed and loaded once
+per actor) and lands in ``<out>/<split>/part-NNNNN.parquet`` with the explicit schema of
+``hlgt.data.schema``. With ``--actors N`` (default) the callable runs in an ``ActorPoolStrategy``
+pool on a Ray started here (or on ``--address``); with ``--no-ray`` the same callable runs in this
+process over the same batches, so both paths write identical shards (tested). Shards are written
+by this driver process, in input order, not by Ray workers: on a cluster the output folder is on
+the machine that asked for it.
+
+A problem the annotator cannot handle (``AnnotationError``), whose graph cannot be built
+(``GraphError``) or that raises anything else is counted in the manifest under its reason, with a
+few examples: never fatal, never silent. A model that cannot load (``AnnotatorLoadError``) is fatal.
+
+Caching: the manifest holds a key over the schema version, annotator name and version, source
+file hashes, cleaning parameters and the code of the stages that shape a row. A re-run with the
+same key reuses the shards ("reusing ..."); a different key rebuilds everything and says why;
+``--force`` always rebuilds. Splits are reused or built one by one, and the manifest is written
+after each split, so an interrupted build keeps its finished splits.
+
+Reading back (``load_rows``, ``load_manifest``, ``load_vocab``) needs pyarrow only, never Ray.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from hlgt.config import Config
+from hlgt.data import srl
+from hlgt.data.clean import MAX_TOKENS, clean_split
+from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
+from hlgt.data.numbers import Example
+from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERSION, check_schema, example_from_row,
+                              example_to_row, graph_to_row)
+from hlgt.data.splits import MAWPS_FOLDS_FILE, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
+from hlgt.data.vocab import NUM, Vocab
+
+MANIFEST = "manifest.json"
+ROWS_PER_SHARD = 4096
+BATCH_SIZE = 64  # problems per map_batches call (and per Ray block)
+ANNOTATION_FAILED = "annotation_failed"  # AnnotationError: the backend cannot handle the problem
+GRAPH_FAILED = "graph_failed"  # GraphError: the annotation does not fit the problem
+UNEXPECTED_ERROR = "unexpected_error"  # any other exception raised by one problem
+DROP_EXAMPLES = 20  # per split, (id, reason, message) kept in the manifest
+# Modules whose code decides what a row holds: any change to them rebuilds the shards.
+ROW_CODE = ("hlgt/expr.py", "hlgt/data/problems.py", "hlgt/data/numbers.py", "hlgt/data/clean.py",
+            "hlgt/data/splits.py", "hlgt/data/graph.py", "hlgt/data/vocab.py", "hlgt/data/schema.py",
+            "hlgt/data/build.py")
+
+# Between the annotation step and the writer: a row plus its input position and drop reason.
+INPUT_SCHEMA = pa.schema([pa.field("index", pa.int64(), nullable=False)] + EXAMPLE_FIELDS)
+PIPELINE_SCHEMA = pa.schema(
+    [pa.field("index", pa.int64(), nullable=False)] + list(SCHEMA)
+    + [pa.field("drop_reason", pa.string()), pa.field("drop_message", pa.string())]
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The annotation step: one callable for the Ray actor pool and for the in-process path.
+
+
+class AnnotateGraph:
+    """``map_batches`` callable: pyarrow batch of ``INPUT_SCHEMA`` rows → ``PIPELINE_SCHEMA`` rows.
+
+    The annotator is built and loaded once, here (a Ray actor keeps it for every batch it gets).
+    """
+
+    def __init__(self, annotator: str, model: str = ""):
+        self.annotator = srl.make_annotator(annotator, model)
+        load = getattr(self.annotator, "load", None)
+        if load is not None:
+            load()  # fail fast (AnnotatorLoadError) before any problem is counted
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        empty_graph = {name: [] for name in GRAPH_COLUMNS}
+        out = []
+        for row in batch.to_pylist():
+            example = example_from_row(row)
+            reason = message = None
+            try:
+                graph = graph_to_row(build_graph(example, self.annotator.annotate(example.tokens, example.lang)))
+            except srl.AnnotatorLoadError:
+                raise
+            except srl.AnnotationError as e:
+                reason, message = ANNOTATION_FAILED, str(e)
+            except GraphError as e:
+                reason, message = GRAPH_FAILED, str(e)
+            except Exception as e:  # one bad problem must not end a build of 200,000
+                reason, message = UNEXPECTED_ERROR, f"{type(e).__name__}: {e}"
+            if reason is not None:
+                graph = empty_graph
+            out.append({**row, **graph, "drop_reason": reason, "drop_message": message and message[:300]})
+        return pa.Table.from_pylist(out, schema=PIPELINE_SCHEMA)
+
+
+def input_table(examples: list[Example], start: int = 0) -> pa.Table:
+    """Examples → the annotation step's input, with each row's position (order is checked later)."""
+    return pa.Table.from_pylist([{"index": start + i, **example_to_row(ex)} for i, ex in enumerate(examples)],
+                                schema=INPUT_SCHEMA)
+
+
+def _batches(table: pa.Table, batch_size: int) -> list[pa.Table]:
+    return [table.slice(i, batch_size) for i in range(0, table.num_rows, batch_size)]
+
+
+def run_in_process(table: pa.Table, annotator: str, model: str = "", batch_size: int = BATCH_SIZE,
+                   label: str = "") -> Iterator[pa.Table]:
+    """The annotation step without Ray, over the same batches; prints progress every ~10%."""
+    step = AnnotateGraph(annotator, model)
+    start, total, done, next_report = time.perf_counter(), table.num_rows, 0, 0.1
+    for batch in _batches(table, batch_size):
+        result = step(batch)
+        done += batch.num_rows
+        if done >= next_report * total or done == total:
+            rate = done / max(time.perf_counter() - start, 1e-9)
+            print(f"[build] {label} {done}/{total} problems ({rate:.1f}/s)", flush=True)
+            next_report = done / total + 0.1
+        yield result
+
+
+def run_ray(table: pa.Table, annotator: str, model: str = "", actors: int = 1,
+            batch_size: int = BATCH_SIZE) -> Iterator[pa.Table]:
+    """The annotation step in a Ray Data actor pool of ``actors`` (Ray must be initialised)."""
+    import ray
+    from ray.data import ActorPoolStrategy, DataContext
+
+    DataContext.get_current().execution_options.preserve_order = True  # the writer needs input order
+    ds = ray.data.from_arrow(_batches(table, batch_size)).map_batches(
+        AnnotateGraph,
+        fn_constructor_kwargs={"annotator": annotator, "model": model},
+        compute=ActorPoolStrategy(size=actors),
+        batch_size=batch_size,
+        batch_format="pyarrow",
+    )
+    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        yield batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing one split: order check, drop counts, graph statistics, fixed-size shards.
+
+
+@dataclass
+class SplitResult:
+    rows: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    drop_examples: list = field(default_factory=list)
+    shards: list = field(default_factory=list)
+    sums: Counter = field(default_factory=Counter)  # node / edge / line-edge totals (superset and variants)
+
+    def graph_stats(self) -> dict[str, float]:
+        n = max(self.rows, 1)
+        return {k: round(v / n, 3) for k, v in sorted(self.sums.items())}
+
+
+def _list_lengths(table: pa.Table, column: str) -> np.ndarray:
+    return pc.list_value_length(table[column]).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _flat(table: pa.Table, column: str) -> np.ndarray:
+    return pc.list_flatten(table[column]).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def graph_sums(table: pa.Table) -> Counter:
+    """Total nodes, edges and line edges of the rows: the superset and each ``GRAPH_VARIANTS`` arm."""
+    e_counts, l_counts = _list_lengths(table, "edge_src"), _list_lengths(table, "line_src")
+    edge_offset = np.repeat(np.cumsum(e_counts) - e_counts, l_counts)  # [L] first edge of the row
+    line_src, line_dst = _flat(table, "line_src") + edge_offset, _flat(table, "line_dst") + edge_offset
+    edge_part = _flat(table, "edge_part")
+    sums = Counter(avg_nodes=int(_list_lengths(table, "node_pos").sum()), avg_edges=int(e_counts.sum()),
+                   avg_line_edges=int(l_counts.sum()))
+    for variant, parts in GRAPH_VARIANTS.items():
+        keep = np.isin(edge_part, [GRAPH_PARTS.index(p) for p in parts])
+        sums[f"{variant}/avg_edges"] += int(keep.sum())
+        sums[f"{variant}/avg_line_edges"] += int((keep[line_src] & keep[line_dst]).sum())
+    return sums
+
+
+def consume(results: Iterable[pa.Table], expected: int, directory: Path | None = None,
+            rows_per_shard: int = ROWS_PER_SHARD, first: int = 0) -> SplitResult:
+    """Check order, count drops, sum graph sizes and (with ``directory``) write the kept rows.
+
+    ``results`` must hold input rows ``first .. first + expected - 1`` in order.
+    """
+    out, pending, seen = SplitResult(), [], 0
+
+    def flush(final: bool) -> None:
+        table = pa.concat_tables(pending) if pending else SCHEMA.empty_table()
+        pending.clear()
+        while table.num_rows >= rows_per_shard or (final and table.num_rows):
+            name = f"part-{len(out.shards):05d}.parquet"
+            pq.write_table(table.slice(0, rows_per_shard).cast(SCHEMA), directory / name)
+            out.shards.append(name)
+            table = table.slice(rows_per_shard)
+        if table.num_rows:
+            pending.append(table)
+
+    for batch in results:
+        index = batch["index"].to_numpy()
+        if not np.array_equal(index, np.arange(first + seen, first + seen + batch.num_rows)):
+            raise RuntimeError(f"annotation results out of order at row {seen}: preserve_order was not kept")
+        seen += batch.num_rows
+        failed = batch.filter(pc.is_valid(batch["drop_reason"]))
+        for reason, rid, message in zip(failed["drop_reason"].to_pylist(), failed["id"].to_pylist(),
+                                        failed["drop_message"].to_pylist()):
+            out.dropped[reason] += 1
+            if len(out.drop_examples) < DROP_EXAMPLES:
+                out.drop_examples.append({"id": rid, "reason": reason, "message": message})
+        kept = batch.filter(pc.is_null(batch["drop_reason"])).select(SCHEMA.names)
+        out.rows += kept.num_rows
+        out.sums.update(graph_sums(kept))  # update keeps zero totals (+= would drop them)
+        if directory is not None:
+            pending.append(kept)
+            if sum(t.num_rows for t in pending) >= rows_per_shard:
+                flush(final=False)
+    if seen != expected:
+        raise RuntimeError(f"annotation returned {seen} rows for {expected} problems")
+    if directory is not None:
+        flush(final=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: read + clean every split, vocabulary, source hashes, cache key.
+
+
+@dataclass
+class Prepared:
+    key: str
+    key_parts: dict
+    vocab: Vocab | None
+    constants: list[str]
+    examples: dict[str, list[Example]]  # split -> cleaned examples (requested splits only)
+    counts: dict[str, dict]  # split -> read / cleaned counts
+    notes: list[str]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _display(path: Path, data_dir: str) -> str:
+    """A source's name without machine-specific prefixes (the key must not change with the checkout)."""
+    for root in (resolve_data_dir(data_dir).resolve(), REPO_ROOT):
+        if path.resolve().is_relative_to(root):
+            return path.resolve().relative_to(root).as_posix()
+    return path.name
+
+
+def shards_path(cfg: Config) -> Path:
+    """``<data.shards_dir>/<dataset>[-fold<k>]-<annotator>``."""
+    d = cfg.data
+    fold = f"-fold{d.fold}" if d.dataset == "mawps" else ""
+    return Path(d.shards_dir) / f"{d.dataset}{fold}-{d.annotator}"
+
+
+def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
+    """Read and clean the dataset, learn constants and the vocabulary on train, compute the key.
+
+    Train is read whenever its file exists (constants and vocabulary come from it). When it is
+    missing and not requested (APE210K here has only its valid file), the requested splits are
+    cleaned with no constants and the manifest holds no vocabulary: such shards serve pipeline
+    work and benchmarks, not training. The gap is printed and noted in the manifest.
+    """
+    d = cfg.data
+    splits = list(splits)
+    notes: list[str] = []
+    sources: dict[str, str] = {}
+    for split in SPLITS:
+        for path in split_paths(d.dataset, split, d.data_dir):
+            if path.is_file():
+                sources[_display(path, d.data_dir)] = _sha256(path)
+    if d.dataset == "mawps":
+        sources[_display(MAWPS_FOLDS_FILE, d.data_dir)] = _sha256(MAWPS_FOLDS_FILE)
+    code = hashlib.sha256(b"".join((REPO_ROOT / m).read_bytes() for m in ROW_CODE)).hexdigest()
+    annotator = srl.make_annotator(d.annotator, d.annotator_model)  # models load lazily: cheap
+    key_parts = {
+        "schema_version": SCHEMA_VERSION,
+        "dataset": d.dataset,
+        "fold": d.fold if d.dataset == "mawps" else None,
+        "annotator": {"name": annotator.name, "version": annotator.version, "option": d.annotator},
+        "sources": sources,
+        "params": {"min_const_freq": d.min_const_freq, "min_word_freq": d.min_word_freq, "max_tokens": MAX_TOKENS},
+        "code": code,
+    }
+    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()[:16]
+
+    counts: dict[str, dict] = {}
+    examples: dict[str, list[Example]] = {}
+    vocab, constants = None, []
+    has_train = all(p.is_file() for p in split_paths(d.dataset, "train", d.data_dir))
+    if has_train or "train" in splits:
+        read = read_split(d.dataset, "train", d.data_dir, d.fold)
+        train = clean_split(read.problems, train=True, min_const_freq=d.min_const_freq)
+        constants = train.constants
+        vocab = Vocab.build(_word_tokens(train.examples), constants, d.min_word_freq)
+        counts["train"] = _counts(read, train)
+        examples["train"] = train.examples
+    else:
+        notes.append(f"{d.dataset} has no training file: no constants learned (equations that need one "
+                     f"keep prefix=None, flag rare_constant) and no vocabulary")
+    for split in (s for s in splits if s != "train"):
+        read = read_split(d.dataset, split, d.data_dir, d.fold)
+        cleaned = clean_split(read.problems, train=False, constants=constants)
+        counts[split] = _counts(read, cleaned)
+        examples[split] = cleaned.examples
+    examples = {s: examples[s] for s in splits}
+    return Prepared(key, key_parts, vocab, constants, examples, counts, notes)
+
+
+def _word_tokens(examples: list[Example]) -> Iterator[list[str]]:
+    for ex in examples:
+        slots = {q.position for q in ex.quantities}
+        yield [NUM if i in slots else t for i, t in enumerate(ex.tokens)]
+
+
+def _counts(read, cleaned) -> dict:
+    return {
+        "records": read.records,
+        "reader_skipped": dict(read.skipped),
+        "problems": len(read.problems),
+        "clean_dropped": dict(cleaned.dropped),
+        "cleaned": len(cleaned.examples),
+        "prefix_none": dict(cleaned.unrepresentable),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The build: reuse or rebuild, split by split; Ray start and stop.
+
+
+def load_manifest(shards_dir: str | Path) -> dict:
+    path = Path(shards_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"no {MANIFEST} in {shards_dir}: build it with `python -m hlgt.data.build`")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_vocab(shards_dir: str | Path) -> Vocab:
+    manifest = load_manifest(shards_dir)
+    if manifest.get("vocab") is None:
+        raise ValueError(f"{shards_dir} has no vocabulary (its dataset had no training split)")
+    return Vocab.from_dict(manifest["vocab"])
+
+
+def load_rows(shards_dir: str | Path, split: str) -> list[dict]:
+    """Every row of one split, in order, as plain Python values (pyarrow only; no Ray)."""
+    manifest = load_manifest(shards_dir)
+    if split not in manifest["splits"]:
+        raise KeyError(f"{shards_dir} has no {split!r} split (built: {sorted(manifest['splits'])})")
+    rows: list[dict] = []
+    for name in manifest["splits"][split]["shards"]:
+        table = pq.read_table(Path(shards_dir) / split / name)
+        check_schema(table.schema, f"{shards_dir}/{split}/{name}")
+        rows += table.to_pylist()
+    return rows
+
+
+def _stale_reason(manifest: dict | None, prepared: Prepared) -> str:
+    if manifest is None:
+        return "no manifest"
+    old = manifest.get("key_parts", {})
+    changed = [k for k in prepared.key_parts if old.get(k) != prepared.key_parts[k]]
+    if "sources" in changed:
+        new, was = prepared.key_parts["sources"], old.get("sources", {})
+        files = sorted(f for f in set(new) | set(was) if new.get(f) != was.get(f))
+        changed[changed.index("sources")] = f"sources ({', '.join(files)})"
+    return "changed: " + ", ".join(changed) if changed else "key differs"
+
+
+def _check_out_dir(out: Path) -> None:
+    """Refuse to clear a folder that is not a shard folder (a mistyped --out)."""
+    if not out.exists():
+        return
+    ours = {MANIFEST, MANIFEST + ".tmp", *SPLITS, *(f"{s}.partial" for s in SPLITS)}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if foreign:
+        raise FileExistsError(f"{out} holds files that are not shards ({foreign[:5]}); choose another --out")
+
+
+def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | None = None, actors: int = 1,
+          address: str | None = None, force: bool = False, batch_size: int = BATCH_SIZE) -> Path:
+    """Build (or reuse) the shards of ``splits`` (default all); ``actors=0``: no Ray. Returns the folder."""
+    splits = list(splits or SPLITS)
+    bad = [s for s in splits if s not in SPLITS]
+    if bad:
+        raise ValueError(f"unknown split(s) {bad}; choose from {list(SPLITS)}")
+    out = Path(out) if out is not None else shards_path(cfg)
+    _check_out_dir(out)
+    t0 = time.perf_counter()
+    prepared = prepare(cfg, splits)
+    for note in prepared.notes:
+        print(f"[build] note: {note}", flush=True)
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
+    if manifest is not None and manifest.get("key") == prepared.key and not force:
+        todo = [s for s in splits if s not in manifest["splits"]
+                or not all((out / s / n).is_file() for n in manifest["splits"][s]["shards"])]
+        if not todo:
+            print(f"[build] reusing {out} (key {prepared.key}, splits {', '.join(splits)})", flush=True)
+            return out
+        print(f"[build] {out}: same key, building missing split(s) {', '.join(todo)}", flush=True)
+    else:
+        why = "--force" if force and manifest is not None else _stale_reason(manifest, prepared)
+        print(f"[build] building {out} ({why})", flush=True)
+        for split in SPLITS:
+            shutil.rmtree(out / split, ignore_errors=True)
+        manifest = None
+        todo = splits
+    manifest = manifest or _new_manifest(cfg, prepared)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # One pipeline for all splits to build: actors start, and load their model, once.
+    use_ray = actors > 0 or address is not None
+    tables = [input_table(prepared.examples[s], start) for s, start in zip(todo, _starts(prepared, todo))]
+    table = pa.concat_tables(tables)
+    print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
+          f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
+    started_ray = _start_ray(address, actors) if use_ray else False
+    try:
+        if table.num_rows == 0:
+            results = iter(())
+        elif use_ray:
+            results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, max(actors, 1), batch_size)
+        else:
+            results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, cfg.data.dataset)
+        start, done = time.perf_counter(), 0
+        for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
+            partial = out / f"{split}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            result = consume(part, split_table.num_rows, partial, first=done)
+            shutil.rmtree(out / split, ignore_errors=True)
+            partial.rename(out / split)
+            manifest["splits"][split] = _split_entry(prepared.counts[split], result)
+            seconds, done = time.perf_counter() - start, done + split_table.num_rows
+            manifest["build"] = {
+                "seconds": round(time.perf_counter() - t0, 2),  # reading, cleaning, annotation, writing
+                "annotation_seconds": round(seconds, 2),  # includes actor start and model load
+                "problems_per_s": round(done / max(seconds, 1e-9), 2),
+                "actors": max(actors, 1) if use_ray else 0,
+                "address": address,
+                "splits_built": todo,
+            }
+            _write_manifest(out, manifest)
+            s = manifest["splits"][split]
+            print(f"[build] {cfg.data.dataset} {split}: {s['kept']} rows in {len(s['shards'])} shard(s), "
+                  f"dropped {s['dropped'] or 0}", flush=True)
+        print(f"[build] annotated {table.num_rows} problems in {manifest['build']['annotation_seconds']} s "
+              f"({manifest['build']['problems_per_s']} problems/s)", flush=True)
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    return out
+
+
+def _starts(prepared: Prepared, splits: list[str]) -> list[int]:
+    sizes = [len(prepared.examples[s]) for s in splits]
+    return [sum(sizes[:i]) for i in range(len(sizes))]
+
+
+def _per_split(results: Iterable[pa.Table], sizes: list[int]) -> Iterator[Iterator[pa.Table]]:
+    """Cut one ordered result stream into consecutive streams of ``sizes`` rows (consume in order)."""
+    it, carry = iter(results), []
+
+    def part(remaining: int) -> Iterator[pa.Table]:
+        while remaining > 0:
+            batch = carry.pop() if carry else next(it)
+            if batch.num_rows > remaining:
+                carry.append(batch.slice(remaining))
+                batch = batch.slice(0, remaining)
+            remaining -= batch.num_rows
+            yield batch
+
+    for size in sizes:
+        yield part(size)
+
+
+def _new_manifest(cfg: Config, prepared: Prepared) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "key": prepared.key,
+        "key_parts": prepared.key_parts,
+        "dataset": cfg.data.dataset,
+        "fold": prepared.key_parts["fold"],
+        "annotator": prepared.key_parts["annotator"],
+        "sources": prepared.key_parts["sources"],
+        "constants": prepared.constants,
+        "vocab": prepared.vocab.to_dict() if prepared.vocab is not None else None,
+        "notes": prepared.notes,
+        "splits": {},
+    }
+
+
+def _split_entry(counts: dict, result: SplitResult) -> dict:
+    dropped = Counter(counts["reader_skipped"]) + Counter(counts["clean_dropped"]) + result.dropped
+    return {
+        **counts,
+        "annotation_dropped": dict(result.dropped),
+        "kept": result.rows,
+        "dropped": dict(sorted(dropped.items())),
+        "drop_examples": result.drop_examples,
+        "shards": result.shards,
+        "graph": result.graph_stats(),
+    }
+
+
+def _write_manifest(out: Path, manifest: dict) -> None:
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(out / MANIFEST)
+
+
+def _start_ray(address: str | None, actors: int) -> bool:
+    """Connect to ``address`` or start a local Ray; False when Ray was already running (not ours)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
+    if address:
+        # Ship this package to the cluster's workers so the actors import the same code.
+        ray.init(address=address, runtime_env={"py_modules": [str(REPO_ROOT / "hlgt")]}, **quiet)
+    else:
+        ray.init(num_cpus=max(actors, os.cpu_count() or 1), include_dashboard=False, **quiet)
+    return True
+
+
+def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> Path:
+    """The shard folder of ``cfg`` for training: built when missing or stale, else reused.
+
+    ``actors=0`` and no ``address`` annotate in this process (no Ray needed).
+    """
+    return build(cfg, out=shards_path(cfg), actors=actors, address=address)
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark: problems per second with 1, 2, ... actors in one Ray session.
+
+
+def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None = None,
+          batch_size: int = BATCH_SIZE) -> dict:
+    """Annotate + graph one split with each actor count (0 = in-process) in one Ray session; writes nothing.
+
+    Two rates per count: over the whole run (actor start and model load included) and after the
+    first batch arrived (the steady rate, which is what more actors should scale).
+    """
+    prepared = prepare(cfg, [split])
+    table = input_table(prepared.examples[split])
+    print(f"[bench] {cfg.data.dataset} {split}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
+          f"{os.cpu_count()} CPUs on this machine", flush=True)
+    started_ray = _start_ray(address, max(actor_counts)) if any(actor_counts) or address else False
+    runs: dict[int, dict[str, float]] = {}
+    result = SplitResult()
+    try:
+        for n in actor_counts:
+            start, first = time.perf_counter(), []
+            if n == 0:
+                results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, split)
+            else:
+                results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, n, batch_size)
+            result = consume(_timed(results, first), table.num_rows)
+            seconds = time.perf_counter() - start
+            after_first = table.num_rows - first[0][1]
+            runs[n] = {"seconds": round(seconds, 3), "problems_per_s": table.num_rows / seconds,
+                       "steady_problems_per_s": after_first / max(seconds - (first[0][0] - start), 1e-9)}
+            print(f"[bench] actors={n}: {table.num_rows} problems in {seconds:.2f} s = "
+                  f"{runs[n]['problems_per_s']:.1f} problems/s overall, {runs[n]['steady_problems_per_s']:.1f} "
+                  f"problems/s after the first batch (at {first[0][0] - start:.2f} s); "
+                  f"dropped {dict(result.dropped) or 0}", flush=True)
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    stats = result.graph_stats()
+    print(f"[bench] per problem: {stats['avg_nodes']} nodes, {stats['avg_edges']} edges, "
+          f"{stats['avg_line_edges']} line-graph edges (superset); "
+          + "; ".join(f"{v}: {stats[f'{v}/avg_edges']} edges, {stats[f'{v}/avg_line_edges']} line edges"
+                      for v in GRAPH_VARIANTS), flush=True)
+    base = actor_counts[0]
+    ratios = {f"{n}/{base}": {k: round(runs[n][k] / runs[base][k], 3) for k in ("problems_per_s",
+                                                                                 "steady_problems_per_s")}
+              for n in actor_counts[1:]}
+    for name, r in ratios.items():
+        print(f"[bench] speed ratio actors {name}: {r['problems_per_s']:.2f}x overall, "
+              f"{r['steady_problems_per_s']:.2f}x after the first batch", flush=True)
+    return {"problems": table.num_rows, "runs": runs, "ratios": ratios, "graph": stats}
+
+
+def _timed(results: Iterable[pa.Table], first: list) -> Iterator[pa.Table]:
+    """Pass batches through, noting (time, rows) of the first one in ``first``."""
+    for batch in results:
+        if not first:
+            first.append((time.perf_counter(), batch.num_rows))
+        yield batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+
+
+def _actor_list(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--actors takes an integer or a comma list, got {text!r}")
+    if not counts or min(counts) < 0:
+        raise argparse.ArgumentTypeError(f"--actors must be >= 0, got {text!r}")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
+    p.add_argument("--split", action="append", choices=SPLITS, help="split(s) to build (repeatable; default all)")
+    p.add_argument("--fold", type=int, default=0, help="MAWPS fold (0..4)")
+    p.add_argument("--data-dir", default=None, help="real datasets folder (default $HLGT_DATA_DIR or ../shared/datasets)")
+    p.add_argument("--annotator", default="offline", help="offline | ltp | hanlp")
+    p.add_argument("--annotator-model", default="", help="LTP / HanLP model id or local directory")
+    p.add_argument("--min-const-freq", type=int, default=None)
+    p.add_argument("--min-word-freq", type=int, default=None)
+    p.add_argument("--shards-dir", default=None, help="parent of the default output folder (config data.shards_dir)")
+    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-fold<k>]-<annotator>)")
+    p.add_argument("--actors", type=_actor_list, default=[1],
+                   help="annotation actors (default 1; 0 = in-process); with --bench a list such as 1,2")
+    p.add_argument("--no-ray", action="store_true", help="annotate in this process (same as --actors 0)")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (default: start a local Ray)")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="problems per annotation batch")
+    p.add_argument("--force", action="store_true", help="rebuild even when the manifest matches")
+    p.add_argument("--bench", action="store_true", help="measure problems/s for each --actors count; write nothing")
+    args = p.parse_args(argv)
+
+    flat: dict[str, Any] = {"data.dataset": args.dataset, "data.fold": args.fold, "data.annotator": args.annotator,
+                            "data.annotator_model": args.annotator_model}
+    for key, value in (("data.data_dir", args.data_dir), ("data.min_const_freq", args.min_const_freq),
+                       ("data.min_word_freq", args.min_word_freq), ("data.shards_dir", args.shards_dir)):
+        if value is not None:
+            flat[key] = value
+    cfg = Config.from_flat(flat)
+    actors = [0] if args.no_ray else args.actors
+    if args.bench:
+        if args.split is None or len(args.split) != 1:
+            p.error("--bench needs exactly one --split")
+        bench(cfg, args.split[0], actors, args.address, args.batch_size)
+        return 0
+    if len(actors) != 1:
+        p.error("--actors takes one number when building (a list only with --bench)")
+    out = build(cfg, args.split, args.out, actors[0], args.address, args.force, args.batch_size)
+    print(f"[build] done: {out / MANIFEST}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Tests for hlgt/data/build.py: shards + manifest, reuse and rebuild, counted failures, the Ray path."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from hlgt.config import Config, default_data_dir
+from hlgt.data import srl
+from hlgt.data.build import MANIFEST, build, load_manifest, load_rows, load_vocab, prepare, shards_path
+from hlgt.data.graph import build_graph
+from hlgt.data.schema import from_row, graphs_equal
+from hlgt.data.splits import SAMPLE_DIR, SPLITS
+from hlgt.data.vocab import Vocab
+
+SAMPLE = Config.from_flat({"data.dataset": "sample"})
+
+
+@pytest.fixture(scope="module")
+def sample_shards(tmp_path_factory):
+    return build(SAMPLE, out=tmp_path_factory.mktemp("sample") / "shards", actors=0)
+
+
+@pytest.fixture
+def ape_like(tmp_path):
+    """A data folder laid out like APE210K (JSON Lines), filled with the sample's Chinese problems."""
+    (tmp_path / "ape210k").mkdir()
+    for split in SPLITS:
+        shutil.copy(SAMPLE_DIR / f"zh_{split}.json", tmp_path / "ape210k" / f"{split}.ape.json")
+    return Config.from_flat({"data.dataset": "ape210k", "data.data_dir": str(tmp_path)})
+
+
+class Wrapped:
+    """An annotator that fails on chosen problems (by token text) and can claim another version."""
+
+    def __init__(self, inner, fail=(), crash=(), version=None):
+        self.inner, self.fail, self.crash = inner, fail, crash
+        self.name, self.version = inner.name, version or inner.version
+
+    def annotate(self, tokens, lang):
+        text = "".join(tokens)
+        if any(f in text for f in self.fail):
+            raise srl.AnnotationError("test annotator cannot handle this problem")
+        if any(c in text for c in self.crash):
+            raise ZeroDivisionError("a backend bug")
+        return self.inner.annotate(tokens, lang)
+
+
+def wrap_annotator(monkeypatch, **kw):
+    real = srl.make_annotator
+    monkeypatch.setattr(srl, "make_annotator", lambda name, model="": Wrapped(real(name, model), **kw))
+
+
+def test_manifest_counts_and_metadata(sample_shards):
+    m = load_manifest(sample_shards)
+    prepared = prepare(SAMPLE)
+    assert m["schema_version"] == 1 and m["dataset"] == "sample"
+    assert m["annotator"]["name"] == "offline-jieba-textblob-rules" and m["annotator"]["version"]
+    assert set(m["sources"]) == {f"datasets/sample/{lang}_{s}.json" for lang in ("zh", "en") for s in SPLITS}
+    assert all(len(h) == 64 for h in m["sources"].values())
+    assert Vocab.from_dict(m["vocab"]) == load_vocab(sample_shards) == prepared.vocab
+    assert m["build"]["actors"] == 0 and m["build"]["problems_per_s"] > 0
+    for split in SPLITS:
+        s = m["splits"][split]
+        assert s["records"] == s["problems"] + sum(s["reader_skipped"].values())
+        assert s["cleaned"] == s["problems"] - sum(s["clean_dropped"].values())
+        assert s["kept"] == s["cleaned"] - sum(s["annotation_dropped"].values())
+        assert s["kept"] == len(load_rows(sample_shards, split)) == len(prepared.examples[split]) > 0
+        assert s["graph"]["avg_nodes"] > 0 and s["graph"]["srl/avg_edges"] <= s["graph"]["avg_edges"]
+        assert all((sample_shards / split / name).is_file() for name in s["shards"])
+
+
+def test_every_row_decodes_back_to_its_example_and_graph(sample_shards):
+    prepared = prepare(SAMPLE)
+    annotator = srl.make_annotator("offline")
+    for split in SPLITS:
+        rows = load_rows(sample_shards, split)
+        assert [from_row(r)[0] for r in rows] == prepared.examples[split]  # same problems, same order
+        for row in rows:
+            example, graph = from_row(row)
+            assert graphs_equal(graph, build_graph(example, annotator.annotate(example.tokens, example.lang)))
+
+
+def test_second_run_reuses_the_shards(sample_shards, capsys):
+    before = {p: p.stat().st_mtime_ns for p in sample_shards.rglob("*.parquet")}
+    assert build(SAMPLE, out=sample_shards, actors=0) == sample_shards
+    assert "reusing" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in sample_shards.rglob("*.parquet")} == before
+
+
+def test_changed_source_or_annotator_rebuilds(ape_like, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "shards"
+    build(ape_like, splits=["valid"], out=out, actors=0)
+    key = load_manifest(out)["key"]
+    build(ape_like, splits=["valid"], out=out, actors=0)
+    assert "reusing" in capsys.readouterr().out
+
+    valid = tmp_path / "ape210k" / "valid.ape.json"
+    valid.write_text(valid.read_text(encoding="utf-8").replace("\n", "\n\n", 1), encoding="utf-8")
+    build(ape_like, splits=["valid"], out=out, actors=0)
+    assert "sources (ape210k/valid.ape.json)" in capsys.readouterr().out
+    assert load_manifest(out)["key"] != key
+
+    wrap_annotator(monkeypatch, version="2-test")
+    build(ape_like, splits=["valid"], out=out, actors=0)
+    assert "changed: annotator" in capsys.readouterr().out
+    assert load_manifest(out)["annotator"]["version"] == "2-test"
+
+    build(ape_like, splits=["test"], out=out, actors=0)  # same key: only the new split is built
+    assert "building missing split(s) test" in capsys.readouterr().out
+    assert set(load_manifest(out)["splits"]) == {"valid", "test"}
+
+    build(ape_like, splits=["test"], out=out, actors=0, force=True)
+    assert "--force" in capsys.readouterr().out
+
+
+def test_problems_the_annotator_cannot_handle_are_counted(ape_like, tmp_path, monkeypatch):
+    rows = [json.loads(line) for line in (SAMPLE_DIR / "zh_train.json").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    bad, buggy = rows[3], rows[5]
+    wrap_annotator(monkeypatch, fail=["".join(bad["segmented_text"].split())],
+                   crash=["".join(buggy["segmented_text"].split())])
+    out = build(ape_like, splits=["train"], out=tmp_path / "shards", actors=0)
+    s = load_manifest(out)["splits"]["train"]
+    assert s["annotation_dropped"] == {"annotation_failed": 1, "unexpected_error": 1}
+    assert s["dropped"]["annotation_failed"] == 1
+    assert s["kept"] == s["cleaned"] - 2 == len(load_rows(out, "train"))
+    assert {(e["id"], e["reason"]) for e in s["drop_examples"]} == {
+        (str(bad["id"]), "annotation_failed"), (str(buggy["id"]), "unexpected_error")}
+    assert "ZeroDivisionError" in next(e["message"] for e in s["drop_examples"] if e["reason"] == "unexpected_error")
+    assert str(bad["id"]) not in {r["id"] for r in load_rows(out, "train")}
+
+
+def test_missing_training_file_builds_without_vocab(ape_like, tmp_path, capsys):
+    (tmp_path / "ape210k" / "train.ape.json").unlink()
+    out = build(ape_like, splits=["valid"], out=tmp_path / "shards", actors=0)
+    assert "no training file" in capsys.readouterr().out
+    m = load_manifest(out)
+    assert m["vocab"] is None and m["constants"] == [] and m["notes"]
+    with pytest.raises(ValueError, match="no vocabulary"):
+        load_vocab(out)
+    with pytest.raises(FileNotFoundError, match="train"):
+        build(ape_like, splits=["train"], out=tmp_path / "shards2", actors=0)
+
+
+def test_refuses_to_clear_a_foreign_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not shards"):
+        build(SAMPLE, out=tmp_path, actors=0)
+    assert (tmp_path / "notes.txt").exists()
+
+
+def test_reading_shards_needs_no_ray(sample_shards):
+    code = ("import sys; from hlgt.data.build import load_rows, load_vocab; from hlgt.data.collate import collate; "
+            f"rows = load_rows({str(sample_shards)!r}, 'valid'); collate(rows, load_vocab({str(sample_shards)!r})); "
+            "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_default_folder_and_cli(tmp_path, monkeypatch):
+    from hlgt.data.build import main
+
+    cfg = Config.from_flat({"data.dataset": "mawps", "data.fold": 3, "data.annotator": "ltp"})
+    assert shards_path(cfg) == Path("datasets/processed/mawps-fold3-ltp")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--dataset", "sample", "--split", "valid", "--no-ray", "--shards-dir", "p"]) == 0
+    assert (tmp_path / "p" / "sample-offline" / MANIFEST).is_file()
+    with pytest.raises(SystemExit):
+        main(["--dataset", "sample", "--actors", "1,2"])  # a list only with --bench
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    import torch
+
+    from hlgt.data.collate import ShardCollateFn, collate
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        out = build(SAMPLE, out=tmp_path / "ray", actors=2, batch_size=16)  # uses the running Ray
+        assert load_manifest(out)["build"]["actors"] == 2
+        for split in SPLITS:
+            assert load_manifest(out)["splits"][split]["shards"] == load_manifest(sample_shards)["splits"][split]["shards"]
+            for name in load_manifest(out)["splits"][split]["shards"]:
+                assert pq.read_table(out / split / name).equals(pq.read_table(sample_shards / split / name))
+        # Ray Train's reading path: read_parquet + iter_torch_batches with the collate class.
+        vocab = load_vocab(out)
+        ds = ray.data.read_parquet(str(out / "test"))
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        batches = list(ds.iter_torch_batches(batch_size=4, collate_fn=ShardCollateFn(vocab)))
+        rows = load_rows(out, "test")
+        for i, got in enumerate(batches):
+            want = collate(rows[4 * i: 4 * i + 4], vocab)
+            assert got.ids == want.ids
+            assert all(torch.equal(getattr(got, k), v) for k, v in vars(want).items() if isinstance(v, torch.Tensor))
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.realdata
+def test_ape210k_valid_builds_with_every_problem_accounted(tmp_path):
+    data_dir = Path(default_data_dir())
+    if not (data_dir / "ape210k" / "valid.ape.json").is_file():
+        data_dir = Path(__file__).resolve().parents[1] / default_data_dir()
+    if not (data_dir / "ape210k" / "valid.ape.json").is_file():
+        pytest.skip("../shared/datasets is absent")
+    cfg = Config.from_flat({"data.dataset": "ape210k", "data.data_dir": str(data_dir)})
+    out = build(cfg, splits=["valid"], out=tmp_path / "ape", actors=0)
+    s = load_manifest(out)["splits"]["valid"]
+    assert s["records"] == 5000
+    assert s["kept"] + sum(s["dropped"].values()) == s["records"]
+    assert s["graph"]["avg_nodes"] > 0
