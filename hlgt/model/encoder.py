@@ -1,0 +1,311 @@
+"""Stage 7b: the encoder, Batch -> EncoderOutput (paper eqs. 2-6), for every encoder arm.
+
+Path of one batch:
+  tokens -> embedding -> dropout -> 2-layer BiGRU (GTS's encoder, packed)   h_b = fwd + bwd  (eqs. 2-3)
+  "none" (the GTS baseline) stops here: the decoder memory is h_b.
+  Graph arms add, in parallel:
+    sequence encoder: dropout -> 1-layer BiGRU over h_b                   h_seq = fwd + bwd (eq. 6)
+    structure encoder over the batch's concatenated graph:
+      h^0 = h_b at the node positions (row node_batch * T + node_pos of h_b as [B*T, H]),
+      L graph layers ("hlgt": LineGraphConv then HLGTConv per layer; "hgt"; "rgat"),
+      h_str = h^L scattered back to the node's token (the mean when several nodes share a token,
+      e.g. a ratio "3:7"); a token that is no node keeps h_b.
+    h_f = [h_seq : h_str] (2H), fused to the decoder's width H by one linear layer:
+    tokens = Linear(2H, H)(h_f). The GTS decoder attends over and copies from one width H.
+  problem = forward final state + backward final state of the memory's BiGRU (the word BiGRU's
+  top layer for "none", the sequence BiGRU otherwise). With packed sequences this is the forward
+  state at the last REAL token (GTS reads the padded last position, zeros for shorter problems).
+
+Dropout as in GTS: cfg.dropout on the embeddings, between the word BiGRU's layers and on the
+sequence BiGRU's input; the graph layers have none (eqs. 4-5 have none).
+
+Batched: one graph for the whole batch, no Python loop over problems; every problem's output is
+the one it would get alone (tests check it). Node types: with model.node_type False every node
+uses type 0's parameters. Baselines: "hgt" is PyG's HGTConv with relation matrices per edge type
+(EdgeTypeHGTConv), "rgat" is PyG's RGATConv computed per relation (RelationRGATConv); both are
+wrapped with a LayerNorm per layer like HLGT (RGAT also with a residual, HGT has its own gate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch_geometric.nn import HGTConv, RGATConv
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.inits import glorot, zeros
+from torch_geometric.utils import softmax
+
+from hlgt.config import ModelConfig
+from hlgt.data.collate import Batch
+from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
+from hlgt.model.hlgt_conv import HLGTConv, LineGraphConv, TypeGroups
+
+ENCODERS = ("hlgt", "hgt", "rgat", "none")
+
+
+@dataclass
+class EncoderOutput:
+    tokens: Tensor   # [B, T, H] decoder memory (graph arms: Linear(h_f); "none": h_b)
+    h_f: Tensor      # [B, T, 2H] [h_seq : h_str] for the comparison head ([B, T, H] = h_b for "none")
+    h_b: Tensor      # [B, T, H] word representations (eq. 3)
+    problem: Tensor  # [B, H] GTS problem vector (final forward + final backward state)
+    mask: Tensor     # [B, T] True on real tokens
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        if cfg.encoder not in ENCODERS:
+            raise ValueError(f"model.encoder must be one of {ENCODERS}, got {cfg.encoder!r}")
+        if cfg.hidden_size % cfg.heads:
+            raise ValueError(f"model.hidden_size ({cfg.hidden_size}) must be divisible by model.heads ({cfg.heads})")
+        H = self.hidden = cfg.hidden_size
+        self.kind = cfg.encoder
+        self.num_node_types = len(NODE_TYPES) if cfg.node_type else 1
+        self.embedding = nn.Embedding(vocab_size, cfg.embedding_size, padding_idx=0)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.word_gru = nn.GRU(cfg.embedding_size, H, num_layers=2, dropout=cfg.dropout,
+                               bidirectional=True, batch_first=True)
+        if self.kind == "none":
+            return
+        self.seq_gru = nn.GRU(H, H, bidirectional=True, batch_first=True)
+        if self.kind == "hlgt":
+            self.graph = HLGTGraphEncoder(H, cfg.heads, cfg.layers, self.num_node_types, cfg.line_graph)
+        elif self.kind == "hgt":
+            self.graph = HGTGraphEncoder(H, cfg.heads, cfg.layers, NODE_TYPES if cfg.node_type else ("node",))
+        else:
+            self.graph = RGATGraphEncoder(H, cfg.heads, cfg.layers)
+        self.fuse = nn.Linear(2 * H, H)
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def forward(self, batch: Batch) -> EncoderOutput:
+        tokens, lengths = batch.tokens, batch.lengths
+        B, T = tokens.shape
+        if B == 0 or int(lengths.min()) < 1 or int(lengths.max()) > T:
+            raise ValueError(f"lengths must lie in [1, {T}] for a non-empty batch, got {lengths.tolist()}")
+        H = self.hidden
+        mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
+        emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
+        out, h_n = _bigru(self.word_gru, emb, lengths, T)                         # [B, T, 2H], [4, B, H]
+        h_b = out[..., :H] + out[..., H:]                                         # [B, T, H]
+        if self.kind == "none":
+            return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=h_n[-2] + h_n[-1], mask=mask)
+        out, h_n = _bigru(self.seq_gru, self.dropout(h_b), lengths, T)            # [B, T, 2H], [2, B, H]
+        h_seq = out[..., :H] + out[..., H:]                                       # [B, T, H]
+        h_str = self._structure(h_b, batch)                                       # [B, T, H]
+        h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
+        return EncoderOutput(tokens=self.fuse(h_f), h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
+
+    def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:
+        """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
+        check_graph(batch)
+        B, T, H = h_b.shape
+        flat = h_b.reshape(B * T, H)                                              # [B*T, H]
+        row = batch.node_batch * T + batch.node_pos                               # [N]
+        node_type = batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
+        h = self.graph(flat.index_select(0, row), node_type, batch.edge_index,
+                       batch.edge_type, batch.line_index)                         # [N, H]
+        count = torch.zeros(B * T, 1, dtype=h.dtype, device=h.device).index_add_(
+            0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T, 1] nodes per token
+        summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T, H]
+        h_str = torch.where(count > 0, summed / count.clamp(min=1), flat)         # [B*T, H]
+        return h_str.view(B, T, H)
+
+
+def _bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, Tensor]:
+    """Packed bidirectional GRU: outputs [B, T, 2H] (zeros on padding) and final states [2*layers, B, H]."""
+    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, h_n = gru(packed)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=total)
+    return out, h_n
+
+
+def check_graph(batch: Batch) -> None:
+    """Raise ValueError, naming the field, when the batch's graph tensors are inconsistent."""
+    B, T = batch.tokens.shape
+    N, E, L = batch.node_batch.numel(), batch.edge_type.numel(), batch.line_index.size(-1)
+    shapes = {"node_pos": (batch.node_pos.shape, (N,)), "node_type": (batch.node_type.shape, (N,)),
+              "edge_index": (batch.edge_index.shape, (2, E)), "line_index": (batch.line_index.shape, (2, L))}
+    for name, (got, want) in shapes.items():
+        if tuple(got) != want:
+            raise ValueError(f"batch.{name} has shape {tuple(got)}, expected {want}")
+    ranges = [("node_batch", batch.node_batch, B), ("node_type", batch.node_type, len(NODE_TYPES)),
+              ("edge_index", batch.edge_index, N), ("edge_type", batch.edge_type, len(EDGE_TYPES)),
+              ("line_index", batch.line_index, E)]
+    for name, t, high in ranges:
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= high):
+            raise ValueError(f"batch.{name} has values outside [0, {high})")
+    if N and bool((batch.node_pos < 0).any() | (batch.node_pos >= batch.lengths[batch.node_batch]).any()):
+        raise ValueError("batch.node_pos points outside its problem's tokens")
+    if E and bool((batch.node_batch[batch.edge_index[0]] != batch.node_batch[batch.edge_index[1]]).any()):
+        raise ValueError("batch.edge_index links nodes of different problems")
+    if L and bool((batch.edge_index[1, batch.line_index[0]] != batch.edge_index[0, batch.line_index[1]]).any()):
+        raise ValueError("batch.line_index has a line edge (i->j) => (k->l) with j != k")
+
+
+class HLGTGraphEncoder(nn.Module):
+    """L HLGT layers. Layer l: z^{l+1} = LineGraphConv(z^l, h^l), then h^{l+1} = HLGTConv(h^l, z^{l+1}):
+    the edges first read the current nodes, the nodes then read the updated edges, so the last
+    node layer sees edge states that already carry line-graph context.
+    z^0 = E_e(edge type). line_graph False: no LineGraphConv, z = E_e(edge type) in every layer."""
+
+    def __init__(self, hidden: int, heads: int, layers: int, num_node_types: int, line_graph: bool):
+        super().__init__()
+        self.edge_embedding = nn.Embedding(len(EDGE_TYPES), hidden)              # E_e
+        self.node_layers = nn.ModuleList(HLGTConv(hidden, heads, num_node_types) for _ in range(layers))
+        self.edge_layers = (nn.ModuleList(LineGraphConv(hidden, heads) for _ in range(layers))
+                            if line_graph else None)
+
+    def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
+                line_index: Tensor) -> Tensor:
+        static = self.edge_embedding.weight                                       # [R, H]
+        if self.edge_layers is None:
+            for node_layer in self.node_layers:
+                x = node_layer(x, edge_index, node_type, static, edge_type=edge_type)  # [N, H]
+            return x
+        z = static.index_select(0, edge_type)                                     # [E, H] z^0
+        for edge_layer, node_layer in zip(self.edge_layers, self.node_layers):
+            z = edge_layer(z, x, edge_index, line_index, edge_type, static)       # [E, H]
+            x = node_layer(x, edge_index, node_type, z)                           # [N, H]
+        return x
+
+
+class EdgeTypeHGTConv(HGTConv):
+    """PyG's HGTConv with its relation matrices (k_rel, v_rel) per EDGE TYPE, as in the HGT paper
+    (W^ATT_phi(e), W^MSG_phi(e)); the prior p_rel stays per meta relation (src type, edge, dst type),
+    as the paper's mu. PyG keys all three by the triple: with all 7 x 10 x 7 = 490 triples allowed that
+    is 64M relation parameters per layer at d = 512 (1.3M per edge type). Every triple is allowed (no
+    list of "possible" triples to keep in sync with graph.py's rules), and
+    every node type is a destination, so HGTConv never drops a node type from its output.
+    Only `_construct_src_node_feat` differs from PyG: source features are projected once per
+    (source type, edge type) and shared by the triples with that source and edge type.
+    (A ParameterDict of 490 priors: a triple absent from a batch gets no gradient in that batch.)"""
+
+    def __init__(self, channels: int, heads: int, node_types: tuple[str, ...], edge_types: tuple[str, ...]):
+        base = [(node_types[0], rel, node_types[0]) for rel in edge_types]       # one triple per relation
+        super().__init__(channels, channels, (list(node_types), base), heads=heads)  # k_rel: heads x R types
+        self.num_relations = len(edge_types)
+        self.edge_types = [(s, rel, d) for rel in edge_types for s in node_types for d in node_types]
+        self.edge_types_map = {t: edge_types.index(t[1]) for t in self.edge_types}
+        self.dst_node_types = set(node_types)
+        for s, rel, d in self.edge_types:
+            self.p_rel["__".join((s, rel, d))] = nn.Parameter(torch.ones(1, heads))
+
+    def _construct_src_node_feat(self, k_dict, v_dict, edge_index_dict):
+        H, D, R = self.heads, self.out_channels // self.heads, self.num_relations
+        # k_rel's type h * R + r is head h of relation r (PyG's layout); applied per block with one bmm
+        # per block (PyG's HeteroLinear loop zero-fills its whole output once per type in backward).
+        w_k = self.k_rel.weight.view(H, R, D, D)                                  # [H, R, D, D]
+        w_v = self.v_rel.weight.view(H, R, D, D)                                  # [H, R, D, D]
+        ks, vs, offset, block = [], [], {}, {}
+        cumsum = 0
+        for edge_type in edge_index_dict:
+            src, rel = edge_type[0], self.edge_types_map[edge_type]
+            if (src, rel) not in block:
+                block[(src, rel)] = cumsum
+                cumsum += k_dict[src].size(0)
+                ks.append(torch.einsum("nhd,hde->nhe", k_dict[src], w_k[:, rel]))  # [N_src, H, D]
+                vs.append(torch.einsum("nhd,hde->nhe", v_dict[src], w_v[:, rel]))  # [N_src, H, D]
+            offset[edge_type] = block[(src, rel)]
+        return torch.cat(ks), torch.cat(vs), offset                               # [rows, H, D] x 2
+
+
+class HGTGraphEncoder(nn.Module):
+    """The "hgt" arm: L EdgeTypeHGTConv layers, each followed by a LayerNorm (HGT's original use_norm).
+    Flat batch tensors are converted to HGTConv's dicts once per forward: nodes grouped by type
+    (local ids), edges grouped by (edge type, source type, destination type)."""
+
+    def __init__(self, hidden: int, heads: int, layers: int, node_types: tuple[str, ...]):
+        super().__init__()
+        self.node_types = tuple(node_types)
+        self.convs = nn.ModuleList(EdgeTypeHGTConv(hidden, heads, self.node_types, EDGE_TYPES)
+                                   for _ in range(layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+
+    def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
+                line_index: Tensor) -> Tensor:
+        N, K = x.size(0), len(self.node_types)
+        if N == 0:
+            return x
+        names = self.node_types
+        order = torch.argsort(node_type, stable=True)                             # [N] nodes by type
+        counts = torch.bincount(node_type, minlength=K)                           # [K]
+        start = torch.cumsum(counts, 0) - counts                                  # [K]
+        local = torch.empty_like(order)
+        local[order] = torch.arange(N, device=x.device) - start[node_type[order]]  # [N] id within its type
+        src, dst = edge_index                                                     # [E], [E]
+        key = (edge_type * K + node_type[src]) * K + node_type[dst]               # [E] triple id
+        by_key = torch.argsort(key, stable=True)                                  # [E]
+        keys, sizes = torch.unique_consecutive(key[by_key], return_counts=True)
+        edge_index_dict = {}
+        for k, part in zip(keys.tolist(), by_key.split(sizes.tolist())):
+            triple = (names[k // K % K], EDGE_TYPES[k // (K * K)], names[k % K])
+            edge_index_dict[triple] = torch.stack([local[src[part]], local[dst[part]]])  # [2, E_t]
+        counts = counts.tolist()
+        present = [t for t in range(K) if counts[t]]
+        if not edge_index_dict:  # HGTConv needs one relation; an empty one gives every node no message
+            t = names[present[0]]
+            edge_index_dict[(t, EDGE_TYPES[0], t)] = edge_index.new_zeros(2, 0)
+        xs = list(x.index_select(0, order).split(counts))                         # K x [N_t, H]
+        for conv, norm in zip(self.convs, self.norms):
+            out = conv({names[t]: xs[t] for t in present}, edge_index_dict)
+            for t in present:
+                xs[t] = norm(out[names[t]])                                       # [N_t, H]
+        inv = torch.empty_like(order)
+        inv[order] = torch.arange(N, device=x.device)
+        return torch.cat(xs).index_select(0, inv)                                 # [N, H]
+
+
+class RelationRGATConv(RGATConv):
+    """PyG's RGATConv (no bases or blocks, additive self-attention across relations, mod None) with
+    the same outputs, computed with one [in, heads*out] matmul per relation over that relation's
+    edges: PyG gathers one such matrix PER EDGE (index_select(weight, 0, edge_type)), which at
+    hidden 512 and ~8k edges per batch is 8 GB. The parameters that only `mod` uses (w, l1, b1, l2,
+    b2) are removed so that every parameter receives a gradient."""
+
+    def __init__(self, in_channels: int, out_channels: int, num_relations: int, heads: int):
+        super().__init__(in_channels, out_channels, num_relations, heads=heads, concat=True)
+        for name in ("w", "l1", "b1", "l2", "b2"):
+            delattr(self, name)
+
+    def reset_parameters(self) -> None:
+        MessagePassing.reset_parameters(self)
+        glorot(self.weight)
+        glorot(self.q)
+        glorot(self.k)
+        zeros(self.bias)
+
+    def message(self, x_i: Tensor, x_j: Tensor, edge_type: Tensor, edge_attr: Tensor | None,
+                index: Tensor, ptr: Tensor | None, size_i: int | None) -> Tensor:
+        groups = TypeGroups(edge_type, self.num_relations)
+        out_i = groups.linear(x_i, self.weight)                                   # [E, heads*out]
+        out_j = groups.linear(x_j, self.weight)                                   # [E, heads*out]
+        alpha = torch.nn.functional.leaky_relu(out_i @ self.q + out_j @ self.k, self.negative_slope)  # [E, heads]
+        alpha = softmax(alpha, index, ptr, size_i)                                # [E, heads]
+        self._alpha = alpha
+        if self.training and self.dropout > 0:
+            alpha = torch.nn.functional.dropout(alpha, p=self.dropout, training=True)
+        return alpha.view(-1, self.heads, 1) * out_j.view(-1, self.heads, self.out_channels)  # [E, heads, out]
+
+
+class RGATGraphEncoder(nn.Module):
+    """The "rgat" arm: L RelationRGATConv layers (num_relations = edge types, heads concatenated to
+    H), each as h = LayerNorm(h + RGAT(h)); node types are not used (RGAT has none)."""
+
+    def __init__(self, hidden: int, heads: int, layers: int):
+        super().__init__()
+        self.convs = nn.ModuleList(RelationRGATConv(hidden, hidden // heads, len(EDGE_TYPES), heads)
+                                   for _ in range(layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+
+    def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
+                line_index: Tensor) -> Tensor:
+        for conv, norm in zip(self.convs, self.norms):
+            x = norm(x + conv(x, edge_index, edge_type))                          # [N, H]
+        return x
