@@ -1,0 +1,63 @@
+"""Stage 9a: the numerical-comparison auxiliary task (paper section 3.5, eqs. 8-9).
+
+For every ordered pair (q1, q2) of a problem's quantities a biaffine classifier predicts whether
+value(q1) >= value(q2):
+
+    Biaffine(q1, q2) = h_f[q1] U_s h_f[q2]^T + [h_b[q1]; h_b[q2]] W_s + b_s,   p = sigmoid(Biaffine)
+
+with h_f the fused encoder output (eq. 6) and h_b the word BiGRU output (eq. 3) at each
+quantity's token. Eq. 9 as printed averages the probabilities p over the K x K pairs, which has
+no label in it; what it means, and what is trained here, is the binary cross-entropy of p against
+the label y = 1 if value(q1) >= value(q2) else 0, averaged over the K x K ordered pairs of a
+problem (the diagonal included, label 1), then over the problems of the batch that have at least
+one quantity. Values equal within ``hlgt.expr.values_match``'s tolerance count as ">=".
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Comparison(nn.Module):
+    def __init__(self, fused_size: int, base_size: int):
+        super().__init__()
+        self.U = nn.Parameter(torch.empty(fused_size, fused_size))  # U_s
+        self.linear = nn.Linear(2 * base_size, 1)  # W_s, b_s over [h_b[q1]; h_b[q2]]
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.U.size(0))  # nn.Bilinear's initialisation
+        nn.init.uniform_(self.U, -bound, bound)
+        self.linear.reset_parameters()
+
+    def forward(self, h_f: torch.Tensor, h_b: torch.Tensor, num_pos: torch.Tensor) -> torch.Tensor:
+        """Pair logits [B, Q, Q]: entry (i, j) scores value(q_i) >= value(q_j).
+
+        h_f [B, T, F], h_b [B, T, H], num_pos [B, Q] (padded entries give padded logits)."""
+        F_, H = h_f.size(-1), h_b.size(-1)
+        f = h_f.gather(1, num_pos[:, :, None].expand(-1, -1, F_))  # [B, Q, F]
+        b = h_b.gather(1, num_pos[:, :, None].expand(-1, -1, H))  # [B, Q, H]
+        bilinear = (f @ self.U) @ f.transpose(1, 2)  # [B, Q, Q]
+        w = self.linear.weight[0]  # [2H]
+        first, second = b @ w[:H], b @ w[H:]  # [B, Q] each
+        return bilinear + first[:, :, None] + second[:, None, :] + self.linear.bias  # [B, Q, Q]
+
+    @staticmethod
+    def labels(num_values: torch.Tensor) -> torch.Tensor:
+        """[B, Q] values -> [B, Q, Q] float labels, 1 where value_i >= value_j (within tolerance)."""
+        vi, vj = num_values[:, :, None].double(), num_values[:, None, :].double()
+        close = (vi - vj).abs() <= torch.maximum(torch.full_like(vi, 1e-4), 1e-4 * torch.maximum(vi.abs(), vj.abs()))
+        return ((vi >= vj) | close).to(num_values.dtype)
+
+    def loss(self, h_f, h_b, num_pos, num_mask, num_values) -> torch.Tensor:
+        """Eq. 9 as BCE: mean over each problem's K x K pairs, then over problems with K >= 1."""
+        logits = self(h_f, h_b, num_pos)  # [B, Q, Q]
+        pair_mask = (num_mask[:, :, None] & num_mask[:, None, :]).to(logits.dtype)  # [B, Q, Q]
+        bce = F.binary_cross_entropy_with_logits(logits, self.labels(num_values).to(logits.dtype), reduction="none")
+        k2 = pair_mask.sum((1, 2))  # [B] K^2
+        per_problem = (bce * pair_mask).sum((1, 2)) / k2.clamp(min=1)  # [B]
+        has = (k2 > 0).to(logits.dtype)
+        return (per_problem * has).sum() / has.sum().clamp(min=1)

@@ -1,0 +1,121 @@
+"""Stage 9: the solver, Encoder + TreeDecoder + Comparison behind one ``Batch`` interface.
+
+``forward(batch)`` returns the training losses (paper eq. 10):
+
+    loss = tree_loss + beta_com * com_loss
+
+* ``tree_loss`` (L_q) is GTS's ``masked_cross_entropy``: the summed NLL of every gold token under
+  teacher forcing divided by the number of gold tokens in the batch (a per-token mean, not the
+  per-problem sum eq. 10 prints; it is what GTS optimises and keeps the learning rate independent
+  of the batch's equation lengths).
+* ``com_loss`` (L_com) is the comparison head's BCE (see ``comparison.py``); with
+  ``model.aux_task`` False there is no head and ``com_loss`` is 0.
+
+``solve(batch)`` beam-searches (``model.beam_size``, ``model.max_output_len``) in eval mode and
+returns prefix tokens. ``save``/``load`` write and read a folder that rebuilds the model alone:
+``config.json`` (the flat ``model.*`` keys plus the caller's extras), ``vocab.json`` and
+``model.pt`` (a state_dict that ``torch.load(weights_only=True)`` reads). The model never moves
+itself to a device except through ``load``'s ``map_location``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hlgt.config import Config, ModelConfig
+from hlgt.data.collate import Batch
+from hlgt.data.vocab import Vocab
+from hlgt.model.comparison import Comparison
+from hlgt.model.encoder import Encoder
+from hlgt.model.tree_decoder import TreeDecoder
+
+CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
+
+
+class Solver(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab: Vocab):
+        super().__init__()
+        self.cfg = dataclasses.replace(cfg)
+        self.vocab = vocab
+        H = cfg.hidden_size
+        self.encoder = Encoder(cfg, len(vocab.words))
+        self.decoder = TreeDecoder(H, cfg.embedding_size, vocab.n_ops, len(vocab.constants), cfg.dropout)
+        fused = H if cfg.encoder == "none" else 2 * H  # width of h_f (eq. 6); h_b for the GTS arm
+        self.comparison = Comparison(fused, H) if cfg.aux_task else None
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        self._check_targets(batch)
+        enc = self.encoder(batch)
+        out = self.decoder(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
+                           batch.target, batch.target_mask)
+        tree = self.decoder.loss(out)
+        if self.comparison is None:
+            com = tree.new_zeros(())
+        else:
+            com = self.comparison.loss(enc.h_f, enc.h_b, batch.num_pos, batch.num_mask, batch.num_values)
+        return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com}
+
+    def _check_targets(self, batch: Batch) -> None:
+        """Every problem needs a gold prefix whose slots exist in it (structure: ``tree_plan``)."""
+        empty = ~batch.target_mask.any(1)
+        if bool(empty.any()):
+            ids = [batch.ids[i] for i in empty.nonzero().squeeze(1).tolist()]
+            raise ValueError(f"problems {ids} have no gold equation; the training loss needs one")
+        n_fixed = len(self.vocab.outputs)
+        n_quantities = batch.num_mask.sum(1, keepdim=True)  # [B, 1]
+        bad = (batch.target_mask & ((batch.target < 0) | (batch.target >= n_fixed + n_quantities))).any(1)
+        if bool(bad.any()):
+            ids = [batch.ids[i] for i in bad.nonzero().squeeze(1).tolist()]
+            raise ValueError(f"problems {ids} have a gold token outside the outputs or the problem's quantities")
+
+    @torch.no_grad()
+    def solve(self, batch: Batch, beam_size: int | None = None) -> list[list[str]]:
+        """Prefix tokens (ops, constants, "N0".."Nk") per problem; [] if no expression can be formed."""
+        beam_size = self.cfg.beam_size if beam_size is None else beam_size
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        was_training = self.training
+        self.eval()
+        try:
+            enc = self.encoder(batch)
+            ids = self.decoder.beam_search(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
+                                           beam_size=beam_size, max_len=self.cfg.max_output_len)
+        finally:
+            self.train(was_training)
+        return [[self.vocab.output_token(i) for i in seq] for seq in ids]
+
+    def flat_config(self) -> dict[str, Any]:
+        """The model config as flat ``model.*`` keys."""
+        return {f"model.{f.name}": getattr(self.cfg, f.name) for f in dataclasses.fields(self.cfg)}
+
+    def save(self, directory, extra: dict | None = None) -> None:
+        extra = dict(extra or {})
+        clash = sorted(k for k in extra if k.startswith("model."))
+        if clash:
+            raise ValueError(f"extra keys {clash} clash with the model config, which save writes itself")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / CONFIG_FILE).write_text(json.dumps({**self.flat_config(), **extra}, indent=2, sort_keys=True))
+        (directory / VOCAB_FILE).write_text(json.dumps(self.vocab.to_dict(), ensure_ascii=False))
+        torch.save(self.state_dict(), directory / WEIGHTS_FILE)
+
+    @classmethod
+    def load(cls, directory, map_location="cpu") -> "Solver":
+        directory = Path(directory)
+        missing = [n for n in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE) if not (directory / n).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{directory} is not a saved Solver: missing {missing}")
+        flat = json.loads((directory / CONFIG_FILE).read_text())
+        cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
+        vocab = Vocab.from_dict(json.loads((directory / VOCAB_FILE).read_text()))
+        solver = cls(cfg, vocab)
+        state = torch.load(directory / WEIGHTS_FILE, map_location=map_location, weights_only=True)
+        solver.load_state_dict(state)
+        if isinstance(map_location, (str, torch.device)):
+            solver.to(map_location)
+        return solver

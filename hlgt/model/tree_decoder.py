@@ -1,0 +1,469 @@
+"""Stage 8: the goal-driven tree decoder (GTS, Xie & Sun 2019), batched.
+
+The modules and their math are GTS's (``models.py`` of ShichaoSun/math_seq2tree): a goal vector
+per tree node (Prediction's concat_l / concat_r gates), additive attention of the goal over the
+encoder memory (TreeAttn), a score of [goal; context] against every output (ops by a linear layer,
+constants and the problem's numbers by Score against their embeddings, eq. 7 of the paper: a
+number's embedding is the memory vector at its token), GenerateNode for the two child goals of an
+operator, and Merge for the embedding of a finished subtree. Output ids follow ``Vocab``:
+operators, then constants, then the problem's slots ``N0..Nk``.
+
+What differs from GTS is only how the work is batched:
+
+* Paired linear layers that always see the same input are stored as one layer with stacked
+  outputs (``concat_l``+``concat_lg`` -> ``goal_left``, the four ``generate_*`` -> ``generate``,
+  ``merge``+``merge_g`` -> ``merge``): one matmul instead of two or four, identical math.
+  Linear layers over a concatenation whose one part is fixed for the whole problem (the memory
+  in TreeAttn, the candidate embeddings in Score) are split, and the fixed part is projected once
+  per problem instead of once per node: identical math, since ``W[a; b] = W_a a + W_b b``.
+* Teacher forcing: the gold prefix fixes the tree, so parent, side and depth of every target
+  position are computed up front from the [B, S] target with tensor ops (``tree_plan``).
+  Subtree embeddings (Merge) depend only on gold tokens and the memory, never on goals, so they
+  are computed bottom-up first, one batched Merge per tree depth; then goals are computed
+  top-down, one batched step per depth over every node of that depth in the whole batch.
+  GTS's sequential loop over target positions becomes a loop over tree depth. Merges whose
+  result GTS computes but never reads (the root's right spine) are skipped.
+* Beam search runs every problem and beam at once ([B*K] rows) with goal stacks and
+  pending-operator stacks held as index tensors into pools of node vectors, so that reordering
+  beams moves integers, not vectors. Finished beams compete with live ones as in GTS. Children
+  of one beam share the [goal; context] part of GenerateNode; a beam that completes its tree
+  skips the merges nobody reads. Unlike GTS, choices that cannot complete within
+  ``max_output_len`` are masked, so the best beam is always a finished, well-formed expression
+  (GTS returns an unfinished one when it hits the length limit).
+* Dropout is GTS's, placed where GTS places it, with one exception: GTS draws a new dropout mask
+  on the candidate embeddings at every decoding step; here one mask is drawn per problem per
+  forward pass, which is what lets their projection be computed once.
+
+GTS's ``num_stack`` (a gold number whose value several quantities share is scored as whichever
+of them the model prefers) is not implemented: the data pipeline resolves every gold number to
+one slot and the decoder is trained towards that slot.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NEG = -1e12  # GTS's mask value for logits of padded numbers and padded tokens
+
+
+def _gated(x: torch.Tensor) -> torch.Tensor:
+    """GTS's ``tanh(W x) * sigmoid(W_g x)`` with the two layers stacked on the last dim."""
+    value, gate = x.chunk(2, dim=-1)
+    return torch.tanh(value) * torch.sigmoid(gate)
+
+
+@dataclass
+class TreeOutput:
+    """Teacher-forced decoder output, one row per real target token (rows in level order)."""
+
+    logits: torch.Tensor  # [N, V] V = ops + constants + max quantities of the batch
+    gold: torch.Tensor  # [N] gold output id
+    batch_index: torch.Tensor  # [N] problem of each row
+    position: torch.Tensor  # [N] target position of each row
+
+
+@dataclass
+class TreePlan:
+    """The gold trees of a batch, arranged for level-by-level processing (see ``tree_plan``).
+
+    Goal order: every node, sorted by (depth, right child?, flat id). Sub order: the nodes whose
+    subtree embedding is ever used, sorted by (depth, operator?, flat id). ``*_starts`` are the
+    Python offsets of each depth level in these orders.
+    """
+
+    n_levels: int
+    goal_starts: list[int]  # [n_levels + 1]
+    goal_n_left: list[int]  # per level: left children (and the root) come first
+    goal_op_starts: list[int]  # [n_levels + 1] offsets into goal_op_rows
+    sub_starts: list[int]  # [n_levels + 1]
+    sub_n_leaf: list[int]  # per level: leaves come first
+    goal_node: torch.Tensor  # [N] flat id b*S+t of each node in goal order
+    goal_batch: torch.Tensor  # [N] problem index
+    goal_gold: torch.Tensor  # [N] gold id
+    goal_parent_row: torch.Tensor  # [N] row of the parent among the previous level's operators
+    goal_sib_row: torch.Tensor  # [N] row of the left sibling in the same level's sub order (right children)
+    goal_op_rows: torch.Tensor  # [N_ops] in-level row of each operator node, level by level
+    goal_op_ids: torch.Tensor  # [N_ops] its operator id
+    sub_ids: torch.Tensor  # [M] gold id of each node in sub order
+    sub_batch: torch.Tensor  # [M] problem index in sub order
+    sub_left_row: torch.Tensor  # [M] row of the left child in the next level's sub order (operators)
+    sub_right_row: torch.Tensor  # [M] row of the right child in the next level's sub order (operators)
+
+
+def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreePlan:
+    """Parent, side, depth and children of every gold prefix token, without a per-problem loop.
+
+    With ``open[t]`` the number of open slots before token t (1 at the root, +1 per operator, -1 per
+    leaf), a left child is a token right after an operator; a right child's parent is the last
+    earlier token with the same ``open`` value; the subtree of p ends at the first u >= p after
+    which ``open`` drops below ``open[p]``; the depth of t counts operators whose subtree strictly
+    contains it. A subtree embedding is used only as the left sibling of a right child or inside
+    its parent's, so the nodes on the root's right spine (the root, its right child, ...) need
+    none: GTS computes those merges and never reads them; they are skipped here.
+    Raises ``ValueError`` naming the rows whose target is not one complete prefix tree.
+    """
+    B, S = target.shape
+    device = target.device
+    real = target_mask.bool()
+    lengths = real.sum(1)  # [B]
+    pos = torch.arange(S, device=device)
+    contiguous = (real == (pos[None, :] < lengths[:, None])).all(1)
+    is_op = real & (target < n_ops)  # [B, S]
+    delta = torch.where(is_op, 1, -1) * real  # [B, S]
+    open_after = 1 + delta.cumsum(1)  # [B, S]
+    open_before = open_after - delta  # [B, S]
+    last = open_after.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)  # [B]
+    ok = contiguous & (lengths > 0) & (last == 0) & ~(real & (open_before < 1)).any(1)
+    if not bool(ok.all()):
+        bad = (~ok).nonzero().squeeze(1).tolist()
+        raise ValueError(f"target rows {bad} are not complete prefix expressions (op count vs leaf count)")
+
+    earlier = pos[None, :] < pos[:, None]  # [t, p] p < t
+    is_left = torch.zeros_like(real)
+    is_left[:, 1:] = is_op[:, :-1]  # a token right after an operator is its left child
+    same_open = (open_before[:, :, None] == open_before[:, None, :]) & earlier[None] & real[:, None, :]  # [B, t, p]
+    parent = torch.where(is_left, pos - 1, torch.where(same_open, pos, -1).amax(-1))  # [B, S]
+    is_right = real & ~is_left & (pos > 0)  # [B, S]
+    closes = (open_after[:, None, :] == open_before[:, :, None] - 1) & ~earlier[None] & real[:, None, :]  # [B, p, u>=p]
+    end = torch.where(closes, pos, S).amin(-1)  # [B, S] last position of the subtree rooted at p
+    contains = is_op[:, :, None] & earlier.T[None] & (pos[None, None, :] <= end[:, :, None])  # [B, p, t]
+    depth = contains.sum(1)  # [B, S]
+    used = real & (is_left | (contains & is_left[:, :, None]).any(1))  # [B, S] off the right spine
+    right_child = (end.roll(-1, dims=1) + 1).clamp(max=S - 1)  # [B, S] for an operator p: end(p+1) + 1
+
+    BS = B * S
+    flat = torch.arange(BS, device=device).view(B, S)
+    batch_of = (flat // S).view(-1)
+    depth, is_op, is_right = depth.view(-1), is_op.view(-1), is_right.view(-1)
+    n_levels = int(depth.max()) + 1
+
+    def level_order(nodes: torch.Tensor, second: torch.Tensor):
+        """Nodes sorted by (depth, second key, id); their row within their level; level offsets."""
+        counts = torch.bincount(depth[nodes], minlength=n_levels)  # [n_levels]
+        order = nodes[torch.argsort(depth[nodes] * 2 * BS + second[nodes] * BS + nodes)]
+        row = torch.zeros(BS, dtype=torch.long, device=device)
+        row[order] = torch.arange(order.numel(), device=device) - (torch.cumsum(counts, 0) - counts)[depth[order]]
+        n_first = counts - torch.bincount(depth[nodes][second[nodes]], minlength=n_levels)
+        return order, row, [0] + torch.cumsum(counts, 0).tolist(), n_first.tolist()
+
+    goal_node, goal_row, goal_starts, goal_n_left = level_order(flat[real], is_right)
+    sub_node, sub_row, sub_starts, sub_n_leaf = level_order(flat[used], is_op)
+
+    goal_is_op = is_op[goal_node]  # [N]
+    goal_op_pos = goal_is_op.nonzero().squeeze(1)  # [N_ops] position in goal order
+    ops_per_level = torch.bincount(depth[goal_node[goal_op_pos]], minlength=n_levels)
+    op_rank = torch.zeros(BS, dtype=torch.long, device=device)  # row among its level's operators
+    ops_before_level = torch.cumsum(ops_per_level, 0) - ops_per_level
+    op_rank[goal_node] = torch.cumsum(goal_is_op.long(), 0) - 1 - ops_before_level[depth[goal_node]]
+    goal_parent = (batch_of * S + parent.view(-1).clamp(min=0))[goal_node]
+    right_flat = (flat // S * S + right_child).view(-1)
+    left_flat = (flat.view(-1) + 1).clamp(max=BS - 1)
+    return TreePlan(
+        n_levels=n_levels,
+        goal_starts=goal_starts,
+        goal_n_left=goal_n_left,
+        goal_op_starts=[0] + torch.cumsum(ops_per_level, 0).tolist(),
+        sub_starts=sub_starts,
+        sub_n_leaf=sub_n_leaf,
+        goal_node=goal_node,
+        goal_batch=batch_of[goal_node],
+        goal_gold=target.view(-1)[goal_node],
+        goal_parent_row=op_rank[goal_parent],
+        goal_sib_row=sub_row[(goal_parent + 1).clamp(max=BS - 1)],
+        goal_op_rows=goal_row[goal_node[goal_op_pos]],
+        goal_op_ids=target.view(-1)[goal_node[goal_op_pos]],
+        sub_ids=target.view(-1)[sub_node],
+        sub_batch=batch_of[sub_node],
+        sub_left_row=sub_row[left_flat[sub_node]],
+        sub_right_row=sub_row[right_flat[sub_node]],
+    )
+
+
+class _Pool:
+    """A growing [n, H] store of vectors addressed by integer ids (beam search, no autograd)."""
+
+    def __init__(self, width: int, like: torch.Tensor, capacity: int = 256):
+        self.data = like.new_empty(capacity, width)
+        self.size = 0
+
+    def add(self, rows: torch.Tensor) -> torch.Tensor:
+        n = rows.size(0)
+        if self.size + n > self.data.size(0):
+            grown = self.data.new_empty(max(2 * self.data.size(0), self.size + n), self.data.size(1))
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size : self.size + n] = rows
+        ids = torch.arange(self.size, self.size + n, device=rows.device)
+        self.size += n
+        return ids
+
+
+class TreeDecoder(nn.Module):
+    """GTS's Prediction + GenerateNode + Merge over a memory of H-dim token vectors."""
+
+    def __init__(self, hidden_size: int, embedding_size: int, n_ops: int, n_consts: int, dropout: float = 0.5):
+        super().__init__()
+        H, E = hidden_size, embedding_size
+        self.hidden_size, self.n_ops, self.n_consts = H, n_ops, n_consts
+        self.dropout = nn.Dropout(dropout)
+        # Prediction
+        self.const_embedding = nn.Parameter(torch.randn(n_consts, H))  # GTS embedding_weight (randn init)
+        self.goal_left = nn.Linear(H, 2 * H)  # concat_l | concat_lg
+        self.goal_right = nn.Linear(2 * H, 2 * H)  # concat_r | concat_rg over [left subtree; node]
+        self.attn = nn.Linear(2 * H, H)  # TreeAttn.attn over [goal; memory token]
+        self.attn_score = nn.Linear(H, 1)  # TreeAttn.score
+        self.ops = nn.Linear(2 * H, n_ops)  # over [goal; context]
+        self.score = nn.Linear(3 * H, H)  # Score.attn over [goal; context; candidate]
+        self.score_out = nn.Linear(H, 1, bias=False)  # Score.score
+        # GenerateNode
+        self.op_embedding = nn.Embedding(n_ops, E)
+        self.generate = nn.Linear(2 * H + E, 4 * H)  # generate_l | generate_lg | generate_r | generate_rg
+        # Merge
+        self.merge = nn.Linear(2 * H + E, 2 * H)  # merge | merge_g over [op; left; right]
+
+    # ---- the GTS pieces, each on a batch of nodes -------------------------------------------
+    def left_goal(self, node: torch.Tensor) -> torch.Tensor:
+        """Goal of a node with no left sibling (the root, a left child). [n, H] -> [n, H]"""
+        return _gated(self.goal_left(self.dropout(node)))
+
+    def right_goal(self, left_tree: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
+        """Goal of a right child from its left sibling's subtree embedding. [n, H] x2 -> [n, H]"""
+        return _gated(self.goal_right(torch.cat([self.dropout(left_tree), self.dropout(node)], -1)))
+
+    def memory_keys(self, memory: torch.Tensor) -> torch.Tensor:
+        """The memory's part of TreeAttn's layer, once per problem. [B, T, H] -> [B, T, H]"""
+        H = self.hidden_size
+        return F.linear(memory, self.attn.weight[:, H:], self.attn.bias)
+
+    def candidates(self, memory: torch.Tensor, num_pos: torch.Tensor, num_mask: torch.Tensor):
+        """Embeddings of constants then the problem's numbers (eq. 7), zero on padded numbers.
+
+        Returns ([B, C+Q, H], [B, C+Q] bool valid)."""
+        B, _, H = memory.shape
+        nums = memory.gather(1, num_pos[:, :, None].expand(-1, -1, H)) * num_mask[:, :, None]  # [B, Q, H]
+        consts = self.const_embedding[None].expand(B, -1, -1)  # [B, C, H]
+        valid = torch.cat([num_mask.new_ones(B, self.n_consts), num_mask], 1)  # [B, C+Q]
+        return torch.cat([consts, nums], 1), valid
+
+    def candidate_keys(self, cands: torch.Tensor) -> torch.Tensor:
+        """The candidates' part of Score's layer. [B, O, H] -> [B, O, H]"""
+        H = self.hidden_size
+        return F.linear(self.dropout(cands), self.score.weight[:, 2 * H :], self.score.bias)
+
+    def attend(self, goal, batch, keys, mask):
+        """TreeAttn: weights [n, T] of n (dropped-out) goals over their problems' memory tokens."""
+        H = self.hidden_size
+        # in place on the gathered copy: the biggest tensors of the decoder, allocated once
+        energy = keys[batch].add_(F.linear(goal, self.attn.weight[:, :H])[:, None, :]).tanh_()  # [n, T, H]
+        energy = self.attn_score(energy).squeeze(-1).masked_fill(~mask[batch], NEG)  # [n, T]
+        return torch.softmax(energy, -1)
+
+    def outputs(self, goal, context, batch, cand_keys, cand_valid):
+        """Logits [n, ops+C+Q] from [goal; context]: ops by a linear layer, the rest by Score."""
+        H = self.hidden_size
+        leaf = self.dropout(torch.cat([goal, context], -1))  # [n, 2H]
+        hidden = cand_keys[batch].add_(F.linear(leaf, self.score.weight[:, : 2 * H])[:, None, :]).tanh_()  # [n, O, H]
+        num_score = self.score_out(hidden).squeeze(-1).masked_fill(~cand_valid[batch], NEG)  # [n, O]
+        return torch.cat([self.ops(leaf), num_score], -1)
+
+    def predict(self, goal, batch, memory, keys, mask, cand_keys, cand_valid):
+        """Prediction for n nodes of problems ``batch``: (logits [n, ops+C+Q], context [n, H])."""
+        weights = self.attend(self.dropout(goal), batch, keys, mask)  # [n, T]
+        context = torch.bmm(weights[:, None, :], memory[batch]).squeeze(1)  # [n, H]
+        return self.outputs(goal, context, batch, cand_keys, cand_valid), context
+
+    def child_nodes(self, goal, context, op_ids):
+        """GenerateNode: the left and right child node vectors of operators. -> ([n, H], [n, H])"""
+        label = self.op_embedding(op_ids)  # [n, E]
+        x = torch.cat([self.dropout(goal), self.dropout(context), self.dropout(label)], -1)
+        left, left_gate, right, right_gate = self.generate(x).chunk(4, -1)
+        return torch.tanh(left) * torch.sigmoid(left_gate), torch.tanh(right) * torch.sigmoid(right_gate)
+
+    def _shared_child_nodes(self, goal, context, parent, op_ids):
+        """``child_nodes`` (eval mode) for children of rows ``parent`` of goal/context: the
+        [goal; context] part of GenerateNode's layer is computed once per distinct parent."""
+        H = self.hidden_size
+        distinct, inverse = torch.unique(parent, return_inverse=True)
+        shared = F.linear(torch.cat([goal[distinct], context[distinct]], -1), self.generate.weight[:, : 2 * H],
+                          self.generate.bias)  # [u, 4H]
+        x = shared[inverse] + F.linear(self.op_embedding(op_ids), self.generate.weight[:, 2 * H :])  # [m, 4H]
+        left, left_gate, right, right_gate = x.chunk(4, -1)
+        return torch.tanh(left) * torch.sigmoid(left_gate), torch.tanh(right) * torch.sigmoid(right_gate)
+
+    def merge_tree(self, op_ids, left_tree, right_tree):
+        """Merge: embedding of a finished operator subtree. -> [n, H]"""
+        label = self.op_embedding(op_ids)  # [n, E]
+        x = torch.cat([self.dropout(label), self.dropout(left_tree), self.dropout(right_tree)], -1)
+        return _gated(self.merge(x))
+
+    # ---- teacher forcing ------------------------------------------------------------------------
+    def forward(self, memory, mask, problem, num_pos, num_mask, target, target_mask) -> TreeOutput:
+        """Teacher-forced logits of every gold token.
+
+        memory [B, T, H] token vectors; mask [B, T] True on real tokens; problem [B, H] root goal
+        input; num_pos / num_mask [B, Q]; target / target_mask [B, S] gold prefix ids.
+        """
+        B, _, H = memory.shape
+        plan = tree_plan(target, target_mask, self.n_ops)
+        cands, cand_valid = self.candidates(memory, num_pos, num_mask)  # [B, O, H]
+        O = cands.size(1)
+        keys, cand_keys = self.memory_keys(memory), self.candidate_keys(cands)
+
+        # Subtree embeddings, deepest level first: leaves are candidate embeddings, operators merge
+        # their children from the level below.
+        leaf_table = cands.reshape(B * O, H)
+        subs: list[torch.Tensor] = [memory.new_zeros(0, H)] * (plan.n_levels + 1)
+        for d in reversed(range(plan.n_levels)):
+            lo, hi, mid = plan.sub_starts[d], plan.sub_starts[d + 1], plan.sub_starts[d] + plan.sub_n_leaf[d]
+            parts = [leaf_table[plan.sub_batch[lo:mid] * O + plan.sub_ids[lo:mid] - self.n_ops]]
+            if hi > mid:
+                below = subs[d + 1]
+                left, right = below[plan.sub_left_row[mid:hi]], below[plan.sub_right_row[mid:hi]]
+                parts.append(self.merge_tree(plan.sub_ids[mid:hi], left, right))
+            subs[d] = torch.cat(parts)
+
+        # Goals, root level first: a level's node vectors come from its parents' GenerateNode.
+        logits = []
+        left_nodes = right_nodes = memory.new_zeros(0, H)
+        for d in range(plan.n_levels):
+            lo, hi, mid = plan.goal_starts[d], plan.goal_starts[d + 1], plan.goal_starts[d] + plan.goal_n_left[d]
+            batch = plan.goal_batch[lo:hi]
+            if d == 0:
+                goal = self.left_goal(problem[batch])
+            else:
+                parent = plan.goal_parent_row[lo:hi]
+                goal = torch.cat(
+                    [
+                        self.left_goal(left_nodes[parent[: mid - lo]]),
+                        self.right_goal(subs[d][plan.goal_sib_row[mid:hi]], right_nodes[parent[mid - lo :]]),
+                    ]
+                )
+            level_logits, context = self.predict(goal, batch, memory, keys, mask, cand_keys, cand_valid)
+            logits.append(level_logits)
+            ops = plan.goal_op_rows[plan.goal_op_starts[d] : plan.goal_op_starts[d + 1]]
+            if ops.numel():
+                op_ids = plan.goal_op_ids[plan.goal_op_starts[d] : plan.goal_op_starts[d + 1]]
+                left_nodes, right_nodes = self.child_nodes(goal[ops], context[ops], op_ids)
+        S = target.size(1)
+        return TreeOutput(
+            logits=torch.cat(logits),
+            gold=plan.goal_gold,
+            batch_index=plan.goal_batch,
+            position=plan.goal_node % S,
+        )
+
+    @staticmethod
+    def loss(out: TreeOutput) -> torch.Tensor:
+        """GTS's masked_cross_entropy: summed token NLL / number of target tokens in the batch."""
+        return F.cross_entropy(out.logits, out.gold, reduction="mean")
+
+    # ---- beam search ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def beam_search(self, memory, mask, problem, num_pos, num_mask, beam_size: int = 5,
+                    max_len: int = 45) -> list[list[int]]:
+        """Best finished prefix expression (output ids) per problem; [] when none can be formed.
+
+        Rows are (problem, beam) pairs. Each step scores every live row, adds the log-probabilities
+        to the beam scores and keeps the top ``beam_size`` of (beams x (outputs + "stay finished"))
+        per problem, so finished beams compete with live ones as in GTS. Choices that could not
+        complete within ``max_len`` tokens (an operator when the open slots would not fit) and
+        padded slots are masked, so every beam is always completable and every output parses.
+        Beam size 1 is greedy decoding. Call in eval mode (dropout off).
+        """
+        B, T, H = memory.shape
+        K, n_ops, device = beam_size, self.n_ops, memory.device
+        cands, cand_valid = self.candidates(memory, num_pos, num_mask)  # [B, O, H]
+        O = cands.size(1)
+        V = n_ops + O
+        keys, cand_keys = self.memory_keys(memory), self.candidate_keys(cands)
+        R = B * K
+        row_problem = torch.arange(R, device=device) // K  # [R]
+        depth = (max_len + 1) // 2 + 1  # the most open slots / pending operators a completable prefix can have
+        nodes, subs = _Pool(H, memory, capacity=4 * R), _Pool(H, memory, capacity=4 * R)
+        nodes.add(problem)  # node id b = root of problem b
+        goal_stack = torch.zeros(R, depth, dtype=torch.long, device=device)
+        goal_stack[:, 0] = row_problem
+        goal_top = torch.ones(R, dtype=torch.long, device=device)  # open slots
+        op_stack = torch.zeros(R, depth, dtype=torch.long, device=device)  # pending operators
+        op_left = torch.full((R, depth), -1, dtype=torch.long, device=device)  # their left subtree in subs; -1: not yet
+        op_top = torch.zeros(R, dtype=torch.long, device=device)
+        tokens = torch.zeros(R, max(max_len, 1), dtype=torch.long, device=device)
+        length = torch.zeros(R, dtype=torch.long, device=device)
+        finished = torch.zeros(R, dtype=torch.bool, device=device)
+        score = torch.full((B, K), float("-inf"), device=device, dtype=memory.dtype)
+        score[:, 0] = 0.0  # one live beam per problem at the start
+        score = score.view(-1)
+        live_index = torch.zeros(R, dtype=torch.long, device=device)
+        all_rows = torch.arange(R, device=device)
+
+        for _ in range(max_len):
+            live = ~finished & torch.isfinite(score)
+            if not bool(live.any()):
+                break
+            rows = live.nonzero().squeeze(1)  # [n]
+            live_index[rows] = torch.arange(rows.numel(), device=device)
+            batch = row_problem[rows]
+            node = nodes.data[goal_stack[rows, goal_top[rows] - 1]]  # [n, H]
+            top_op = (op_top[rows] - 1).clamp(min=0)
+            left_id = torch.where(op_top[rows] > 0, op_left[rows, top_op], -1)
+            has_left = left_id >= 0
+            goal = torch.empty_like(node)
+            goal[~has_left] = self.left_goal(node[~has_left])
+            goal[has_left] = self.right_goal(subs.data[left_id[has_left]], node[has_left])
+            spread = memory.new_zeros(R, T)  # attention weights in a [B, K, T] layout: one bmm, no gather
+            spread[rows] = self.attend(goal, batch, keys, mask)
+            context = torch.bmm(spread.view(B, K, T), memory).view(R, H)[rows]  # [n, H]
+            logp = torch.log_softmax(self.outputs(goal, context, batch, cand_keys, cand_valid), -1)  # [n, V]
+            logp[:, n_ops:] = logp[:, n_ops:].masked_fill(~cand_valid[batch], float("-inf"))
+            op_fits = length[rows] + goal_top[rows] + 2 <= max_len
+            logp[:, :n_ops] = logp[:, :n_ops].masked_fill(~op_fits[:, None], float("-inf"))
+            total = torch.full((R, V + 1), float("-inf"), device=device, dtype=logp.dtype)
+            total[rows, :V] = score[rows, None] + logp
+            total[:, V] = torch.where(finished, score, float("-inf"))  # column V: a finished beam stays
+            best, choice = total.view(B, K * (V + 1)).topk(K, dim=1)  # [B, K]
+            parent = (choice // (V + 1) + torch.arange(B, device=device)[:, None] * K).view(-1)  # [R]
+            token = (choice % (V + 1)).view(-1)  # [R]
+            score = best.view(-1)
+            goal_stack, goal_top = goal_stack[parent], goal_top[parent]
+            op_stack, op_left, op_top = op_stack[parent], op_left[parent], op_top[parent]
+            tokens, length, finished = tokens[parent], length[parent], finished[parent]
+
+            emit = torch.isfinite(score) & (token < V)
+            r = all_rows[emit]
+            tokens[r, length[r]] = token[r]
+            length = length + emit
+            goal_top = goal_top - emit.long()  # the current node is decided
+            is_op = emit & (token < n_ops)
+            if bool(is_op.any()):
+                r = all_rows[is_op]
+                left, right = self._shared_child_nodes(goal, context, live_index[parent[r]], token[r])
+                goal_stack[r, goal_top[r]] = nodes.add(right)
+                goal_stack[r, goal_top[r] + 1] = nodes.add(left)  # left child on top: decoded first
+                goal_top[r] += 2
+                op_stack[r, op_top[r]] = token[r]
+                op_left[r, op_top[r]] = -1
+                op_top[r] += 1
+            is_leaf = emit & (token >= n_ops) & (goal_top > 0)  # a completed tree's embedding is never used
+            if bool(is_leaf.any()):
+                r = all_rows[is_leaf]
+                tree = cands[row_problem[r], token[r] - n_ops]  # [m, H]
+                while True:  # merge upwards while the pending operator's left subtree is done
+                    top = (op_top[r] - 1).clamp(min=0)
+                    can = (op_top[r] > 0) & (op_left[r, top] >= 0)
+                    if not bool(can.any()):
+                        break
+                    rm, tm = r[can], top[can]
+                    tree[can] = self.merge_tree(op_stack[rm, tm], subs.data[op_left[rm, tm]], tree[can])
+                    op_top[rm] -= 1
+                op_left[r, op_top[r] - 1] = subs.add(tree)  # an open slot means an operator is still pending
+            finished = finished | (emit & (goal_top == 0))
+
+        score = torch.where(finished, score, float("-inf")).view(B, K)
+        best_score, best_beam = score.max(1)
+        best_row = torch.arange(B, device=device) * K + best_beam
+        out_tokens, out_len = tokens[best_row].tolist(), length[best_row].tolist()
+        ok = torch.isfinite(best_score).tolist()
+        return [toks[:n] if good else [] for toks, n, good in zip(out_tokens, out_len, ok)]

@@ -1,0 +1,234 @@
+"""Solver: losses, comparison head, solving, save/load, overfitting a few problems, bad input."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from hlgt.config import ModelConfig
+from hlgt.data.collate import collate
+from hlgt.data.graph import Graph, line_graph
+from hlgt.data.numbers import Example, Quantity
+from hlgt.data.schema import to_row
+from hlgt.data.vocab import Vocab
+from hlgt.expr import OPS, ExprError, eval_prefix, values_match
+from hlgt.model.comparison import Comparison
+from hlgt.model.solver import Solver
+
+WORDS = [f"w{i}" for i in range(60)]
+VOCAB = Vocab.build([WORDS], constants=["1", "100"])
+SMALL = dict(embedding_size=16, hidden_size=32, heads=4, layers=1, dropout=0.1, beam_size=3, max_output_len=15)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and the 2 shared cores are busy with other workers."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def random_prefix(rng: random.Random, leaves: list[str], max_ops: int) -> list[str]:
+    def build(k):
+        if k == 0:
+            return [rng.choice(leaves)]
+        left = rng.randint(0, k - 1)
+        return [rng.choice(OPS[:4])] + build(left) + build(k - 1 - left)
+
+    return build(rng.randint(0, max_ops))
+
+
+def make_rows(n: int, seed: int, max_ops: int = 3) -> list[dict]:
+    """Inline problems: random words, 1-4 integer quantities, a random gold prefix and its answer;
+    the graph: one node per quantity and two word nodes, a chain of edges both ways."""
+    rng = random.Random(seed)
+    rows = []
+    while len(rows) < n:
+        length = rng.randint(6, 14)
+        tokens = [rng.choice(WORDS) for _ in range(length)]
+        positions = sorted(rng.sample(range(length), rng.randint(1, 4)))
+        values = [float(rng.randint(1, 60)) for _ in positions]
+        for p, v in zip(positions, values):
+            tokens[p] = str(int(v))
+        prefix = random_prefix(rng, VOCAB.constants + [f"N{i}" for i in range(len(positions))], max_ops)
+        try:
+            answer = float(eval_prefix(prefix, values))
+        except ExprError:
+            continue
+        words = [p for p in range(length) if p not in positions][:2]
+        node_pos = np.array(positions + words)
+        node_type = np.array([6] * len(positions) + [0] * len(words))
+        src = np.arange(len(node_pos) - 1)
+        edge_src, edge_dst = np.concatenate([src, src + 1]), np.concatenate([src + 1, src])
+        ls, ld = line_graph(edge_src, edge_dst)
+        graph = Graph(node_pos=node_pos, node_type=node_type, edge_src=edge_src, edge_dst=edge_dst,
+                      edge_type=np.array([rng.randrange(10) for _ in edge_src]), edge_part=np.zeros(len(edge_src), int),
+                      line_src=ls, line_dst=ld)
+        quantities = [Quantity(str(int(v)), v, "integer", p) for p, v in zip(positions, values)]
+        example = Example(id=f"p{len(rows)}", lang="en", source="inline", tokens=tokens, quantities=quantities,
+                          prefix=prefix, answer=answer)
+        rows.append(to_row(example, graph))
+    return rows
+
+
+def solver(seed=0, **kw) -> Solver:
+    torch.manual_seed(seed)
+    return Solver(ModelConfig(**{**SMALL, **kw}), VOCAB)
+
+
+def parses(tokens: list[str], n_quantities: int) -> bool:
+    need = 1
+    for t in tokens:
+        if need == 0:
+            return False
+        if t in OPS:
+            need += 1
+        elif t in VOCAB.constants or (t.startswith("N") and int(t[1:]) < n_quantities):
+            need -= 1
+        else:
+            return False
+    return need == 0
+
+
+@pytest.mark.parametrize("encoder", ["none", "hlgt"])
+def test_forward_losses(encoder):
+    model = solver(encoder=encoder)
+    batch = collate(make_rows(5, 1), VOCAB)
+    out = model(batch)
+    assert set(out) == {"loss", "tree_loss", "com_loss"}
+    assert all(v.shape == () and torch.isfinite(v) for v in out.values())
+    assert torch.allclose(out["loss"], out["tree_loss"] + model.cfg.beta_com * out["com_loss"])
+    assert out["com_loss"] > 0
+    out["loss"].backward()
+    assert model.comparison.U.grad.abs().sum() > 0 and model.decoder.generate.weight.grad.abs().sum() > 0
+
+
+def test_no_aux_task_zero_weights_the_comparison():
+    model = solver(aux_task=False, encoder="none")
+    assert model.comparison is None
+    out = model(collate(make_rows(4, 2), VOCAB))
+    assert out["com_loss"].item() == 0.0 and out["loss"].item() == out["tree_loss"].item()
+    with_aux = solver(aux_task=True, encoder="none")
+    with_aux.load_state_dict(model.state_dict(), strict=False)  # same encoder and decoder weights
+    model.eval(), with_aux.eval()
+    batch = collate(make_rows(4, 2), VOCAB)
+    assert torch.allclose(model(batch)["tree_loss"], with_aux(batch)["tree_loss"])
+
+
+def test_comparison_labels_and_loss():
+    values = torch.tensor([[3.0, 1.0, 3.00001, 0.0]])
+    labels = Comparison.labels(values)[0]
+    assert labels.tolist() == [[1, 1, 1, 1], [0, 1, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1]]
+    head = Comparison(6, 4)
+    with torch.no_grad():
+        head.U.zero_()
+        head.linear.weight.zero_()
+        head.linear.bias.zero_()
+    h_f, h_b = torch.randn(2, 5, 6), torch.randn(2, 5, 4)
+    num_pos = torch.tensor([[0, 2, 4], [1, 0, 0]])
+    num_mask = torch.tensor([[True, True, True], [False, False, False]])  # the second problem has no quantity
+    loss = head.loss(h_f, h_b, num_pos, num_mask, torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]))
+    assert abs(loss.item() - np.log(2)) < 1e-6  # p = 1/2 on every pair of the one problem that counts
+    # the biaffine form of eq. 8, pair by pair
+    head.reset_parameters()
+    logits = head(h_f, h_b, num_pos)
+    for i, j in [(0, 1), (2, 0), (1, 1)]:
+        qi, qj = num_pos[0, i], num_pos[0, j]
+        manual = h_f[0, qi] @ head.U @ h_f[0, qj] + head.linear(torch.cat([h_b[0, qi], h_b[0, qj]]))[0]
+        assert torch.allclose(logits[0, i, j], manual, atol=1e-5)
+
+
+def test_batched_equals_separate():
+    model = solver(encoder="hlgt").eval()
+    rows = make_rows(3, 3)
+    batch = collate(rows, VOCAB)
+    out = model(batch)
+    n_tokens = batch.target_mask.sum(1).float()
+    together = out["tree_loss"] * n_tokens.sum()
+    alone = [model(collate([r], VOCAB)) for r in rows]
+    assert torch.allclose(together, sum(a["tree_loss"] * n for a, n in zip(alone, n_tokens)), atol=1e-4)
+    assert model.solve(batch) == sum((model.solve(collate([r], VOCAB)) for r in rows), [])
+
+
+@pytest.mark.parametrize("encoder", ["none", "hlgt"])
+def test_solve_returns_valid_prefixes(encoder):
+    rows = make_rows(24, 4)
+    batch = collate(rows, VOCAB)
+    for seed in range(2):
+        model = solver(seed, encoder=encoder)
+        model.train()
+        for beam in (1, 3):
+            out = model.solve(batch, beam_size=beam)
+            assert model.training  # solve restores the mode
+            assert len(out) == len(rows)
+            for tokens, row in zip(out, rows):
+                assert parses(tokens, len(row["num_pos"])) and len(tokens) <= SMALL["max_output_len"], tokens
+    with pytest.raises(ValueError, match="beam_size"):
+        model.solve(batch, beam_size=0)
+
+
+def test_save_load_same_predictions(tmp_path):
+    model = solver(encoder="hlgt", aux_task=True)
+    batch = collate(make_rows(8, 5), VOCAB)
+    model.save(tmp_path / "m", extra={"epoch": 3, "data.graph": "srl"})
+    flat = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert flat["epoch"] == 3 and flat["model.hidden_size"] == 32 and flat["model.encoder"] == "hlgt"
+    assert set(torch.load(tmp_path / "m" / "model.pt", weights_only=True)) == set(model.state_dict())
+    loaded = Solver.load(tmp_path / "m")
+    assert loaded.cfg == model.cfg and loaded.vocab.to_dict() == VOCAB.to_dict()
+    assert loaded.solve(batch) == model.solve(batch)
+    model.eval(), loaded.eval()
+    assert model(batch)["loss"].item() == loaded(batch)["loss"].item()
+    with pytest.raises(ValueError, match="clash"):
+        model.save(tmp_path / "x", extra={"model.hidden_size": 8})
+    with pytest.raises(FileNotFoundError, match="missing"):
+        Solver.load(tmp_path / "nothing")
+
+
+def test_bad_targets_are_named():
+    model = solver(encoder="none")
+    rows = make_rows(3, 6)
+    rows[1] = {**rows[1], "prefix": None}
+    with pytest.raises(ValueError, match=r"\['p1'\] have no gold"):
+        model(collate(rows, VOCAB))
+    rows = make_rows(3, 6)
+    rows[2] = {**rows[2], "prefix": ["+", "N0", "N7"]}
+    with pytest.raises(ValueError, match=r"\['p2'\].*outside"):
+        model(collate(rows, VOCAB))
+    rows = make_rows(3, 6)
+    rows[0] = {**rows[0], "prefix": ["+", "N0"]}
+    with pytest.raises(ValueError, match="not complete prefix"):
+        model(collate(rows, VOCAB))
+
+
+def accuracy(model: Solver, rows) -> tuple[float, float]:
+    predictions = model.solve(collate(rows, VOCAB))
+    equation = value = 0
+    for p, row in zip(predictions, rows):
+        equation += p == list(row["prefix"])
+        try:
+            value += values_match(float(eval_prefix(p, row["num_values"])), row["answer"])
+        except ExprError:
+            pass
+    return equation / len(rows), value / len(rows)
+
+
+@pytest.mark.parametrize("encoder", ["none", pytest.param("hlgt", marks=pytest.mark.slow)])
+def test_overfits_32_problems(encoder):
+    torch.manual_seed(0)
+    model = Solver(ModelConfig(**{**SMALL, "hidden_size": 64, "dropout": 0.0, "encoder": encoder}), VOCAB)
+    rows = make_rows(32, 7)
+    batch = collate(rows, VOCAB)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(400):
+        out = model(batch)
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+        if out["tree_loss"].item() < 1e-3:
+            break
+    assert accuracy(model, rows) == (1.0, 1.0)
