@@ -1,0 +1,148 @@
+"""Solve a new problem with a trained model: raw text in, the equation in infix and the answer out.
+
+    python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？"
+    python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
+
+The path is the training path, applied to one text: tokenise (Chinese: jieba, with every number —
+``(1/5)``, ``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7`` — kept whole; English: words, numbers
+and punctuation apart) → ``extract_quantities`` → the model's configured annotator (or
+``--annotator``) → ``build_graph`` → one shard row → ``collate`` → ``Solver.solve`` → prefix → infix
+with the text's numbers substituted, evaluated exactly for the answer.
+
+The model folder is a ``best/`` folder written by training (``Solver.save`` plus
+``run_config.json``); it is all that is needed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hlgt.expr import ExprError, eval_prefix
+
+# One number as written, most specific form first (mixed number, bracketed fraction, ratio,
+# thousands, decimal/integer with optional percent, bare fraction).
+NUMBER = re.compile(
+    r"\d+\(\d+/\d+\)"
+    r"|\(\d+(?:\.\d+)?/\d+(?:\.\d+)?\)"
+    r"|\d+(?:\.\d+)?(?:[:：]\d+(?:\.\d+)?)+"
+    r"|\d{1,3}(?:,\d{3})+(?:\.\d+)?[%％]?"
+    r"|\d+/\d+(?![\d./])"
+    r"|\d+(?:\.\d+)?[%％]?"
+)
+_ENGLISH = re.compile(rf"{NUMBER.pattern}|[A-Za-z]+(?:'[A-Za-z]+)?|\S")
+
+
+def tokenize(text: str, lang: str) -> list[str]:
+    """Raw text → tokens in the style of the training files, numbers whole."""
+    text = text.strip()
+    if lang == "en":
+        return _ENGLISH.findall(text)
+    if lang != "zh":
+        raise ValueError(f"unknown language {lang!r}; expected zh or en")
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # its dictionary-loading chatter is not the answer
+
+    tokens: list[str] = []
+    last = 0
+    for m in NUMBER.finditer(text):
+        tokens += jieba.lcut(text[last:m.start()])
+        tokens.append(m.group())
+        last = m.end()
+    tokens += jieba.lcut(text[last:])
+    return [t for t in (t.strip() for t in tokens) if t]
+
+
+@dataclass(frozen=True)
+class Solution:
+    lang: str
+    tokens: list[str]
+    numbers: list[str]  # the quantities N0..Nk as written
+    prefix: list[str]  # the model's equation over N0..Nk and constants
+    equation: str  # infix, numbers substituted
+    answer: float | None
+    error: str | None  # why the equation could not be evaluated
+
+
+@lru_cache(maxsize=4)
+def load_model(model_dir: str):
+    """The solver and the full flat config it was trained with (``run_config.json``)."""
+    from hlgt.model.solver import Solver
+
+    directory = Path(model_dir)
+    run_config = directory / "run_config.json"
+    if not run_config.is_file():
+        raise FileNotFoundError(f"{run_config} not found: --model must be a best/ folder written by training")
+    flat = json.loads(run_config.read_text(encoding="utf-8"))["config"]
+    solver = Solver.load(directory)
+    solver.eval()
+    return solver, flat
+
+
+def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annotator: str | None = None,
+               beam_size: int | None = None) -> Solution:
+    """Solve one problem written in ``text`` (language guessed when ``lang`` is None)."""
+    from hlgt.data.collate import collate
+    from hlgt.data.graph import build_graph
+    from hlgt.data.numbers import Example, extract_quantities
+    from hlgt.data.problems import guess_lang
+    from hlgt.data.schema import to_row
+    from hlgt.data.srl import make_annotator
+    from hlgt.train.evaluate import infix_with_numbers
+
+    if not text or not text.strip():
+        raise ValueError("empty problem text")
+    solver, flat = load_model(str(Path(model_dir).resolve()))
+    lang = lang or guess_lang(text)
+    tokens, quantities = extract_quantities(tokenize(text, lang))
+    name = annotator or flat["data.annotator"]
+    annotation = make_annotator(name, flat["data.annotator_model"] if name == flat["data.annotator"] else "").annotate(tokens, lang)
+    example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
+                      answer=math.nan)
+    row = to_row(example, build_graph(example, annotation))
+    batch = collate([row], solver.vocab, variant=flat["data.graph"])
+    prefix = list(solver.solve(batch, beam_size=beam_size or int(flat["model.beam_size"]))[0])
+    numbers = [q.text for q in quantities]
+    answer, error = None, None
+    try:
+        answer = eval_prefix(prefix, [q.value for q in quantities])
+    except ExprError as e:
+        error = str(e)
+    return Solution(lang=lang, tokens=tokens, numbers=numbers, prefix=prefix,
+                    equation=infix_with_numbers(prefix, numbers), answer=answer, error=error)
+
+
+def format_answer(value: float) -> str:
+    if abs(value - round(value)) < 1e-9:
+        return str(int(round(value)))
+    return f"{value:.6g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hlgt.solve", description="Solve a math word problem with a trained model.")
+    p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
+    p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: guessed from the text")
+    p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
+    p.add_argument("--beam-size", type=int, default=None)
+    p.add_argument("text", nargs="+", help="the problem text")
+    args = p.parse_args(argv)
+    s = solve_text(args.model, " ".join(args.text), lang=args.lang, annotator=args.annotator, beam_size=args.beam_size)
+    print(f"tokens:   {' '.join(s.tokens)}")
+    print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")
+    print(f"equation: x = {s.equation}")
+    if s.error is not None:
+        print(f"answer:   none (the equation does not evaluate: {s.error})")
+        return 2
+    print(f"answer:   {format_answer(s.answer)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The training command.
+
+    python -m hlgt.train --dataset mawps --fold 0 [--workers N] [--address ADDR] [--set key=value ...] [--no-ray]
+
+Builds (or reuses) the shards, then trains: with Ray installed and ``--workers >= 1`` through the
+TorchTrainer of ``hlgt.train.launch`` (data-parallel workers, checkpoints in ``<storage>/<name>``),
+otherwise (``--no-ray``, or no Ray on this machine) the same loop in this process, checkpoints in
+``<out_dir>/<name>``. Either way the run folder ends with ``best/`` (the model: ``python -m
+hlgt.solve --model <run>/best "..."``), ``results.json``, the predictions files and the Table-4
+tables; re-running the same command (same ``--name``) continues an interrupted run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hlgt.config import DATASET_DEFAULTS, Config, parse_overrides
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hlgt.train", description="Train HLGT (one run).")
+    p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
+    p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
+    p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
+    p.add_argument("--arm", default="full", help="ablation arm (hlgt.config.ABLATIONS)")
+    p.add_argument("--workers", type=int, default=None, help="Ray Train workers (default train.workers)")
+    p.add_argument("--cpus-per-worker", type=float, default=None,
+                   help="CPUs per Ray Train worker (default: 1, or less so that one CPU stays free for Ray Data)")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument("--no-ray", action="store_true", help="train in this process, without Ray")
+    p.add_argument("--name", default=None, help="run name (default <dataset>[-fold<k>]-<arm>-seed<s>)")
+    p.add_argument("--storage", default=None, help="Ray run storage (default $HLGT_STORAGE/runs, else train.out_dir)")
+    p.add_argument("--fresh", action="store_true", help="in process: ignore an existing checkpoint of this run")
+    p.add_argument("--no-wandb", action="store_true", help="no W&B run")
+    p.add_argument("--gpu", action="store_true", help="train on GPU (train.use_gpu=true)")
+    return p
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    from hlgt.config import ABLATIONS
+
+    if args.arm not in ABLATIONS:
+        raise SystemExit(f"unknown arm {args.arm!r}; choose from {list(ABLATIONS)}")
+    flat = {**DATASET_DEFAULTS.get(args.dataset, {}), "data.dataset": args.dataset, "data.fold": args.fold,
+            **ABLATIONS[args.arm]}
+    if args.data_dir:
+        flat["data.data_dir"] = args.data_dir
+    if args.workers is not None:
+        flat["train.workers"] = args.workers
+    if args.no_wandb:
+        flat["train.wandb"] = False
+    if args.gpu:
+        flat["train.use_gpu"] = True
+    return Config.from_flat({**flat, **parse_overrides(args.set)})
+
+
+def run_name(cfg: Config, arm: str) -> str:
+    fold = f"-fold{cfg.data.fold}" if cfg.data.dataset == "mawps" else ""
+    return f"{cfg.data.dataset}{fold}-{arm}-seed{cfg.train.seed}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = make_config(args)
+    name = args.name or run_name(cfg, args.arm)
+
+    from hlgt.data.build import ensure_shards
+    from hlgt.train import launch
+
+    use_ray = not args.no_ray and cfg.train.workers >= 1 and launch.ray_available()
+    if not args.no_ray and not launch.ray_available():
+        print("[train] Ray is not installed: training in this process", flush=True)
+    shards = ensure_shards(cfg, address=args.address)
+    print(f"[train] {name}: {cfg.data.dataset} shards {shards}; "
+          f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
+
+    if use_ray:
+        storage = launch.storage_root(args.storage, cfg.train.out_dir, "runs")
+        launch.init_ray(args.address)
+        result = launch.fit(cfg, shards, name=name, storage=storage, cpus_per_worker=args.cpus_per_worker)
+        run_dir, metrics = result.run_dir, result.metrics
+    else:
+        import torch
+
+        from hlgt.train import loop
+
+        run_dir = str(Path(cfg.train.out_dir) / name)
+        last = Path(run_dir) / "checkpoint"
+        resume = last if last.exists() and not args.fresh else None
+        device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
+        if cfg.train.use_gpu and device.type != "cuda":
+            print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)
+        result = loop.train(cfg, shards, run_dir=run_dir, resume_from=resume, runtime=loop.Runtime(device=device),
+                            run_name=name, wandb_dir=run_dir)
+        metrics = result.metrics
+    print(f"[train] done: {json.dumps(metrics)}", flush=True)
+    print(f"[train] model: {run_dir}/best   (python -m hlgt.solve --model {run_dir}/best \"...\")", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

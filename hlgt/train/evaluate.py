@@ -1,0 +1,220 @@
+"""Stage 10, scoring: predicted prefix equations → accuracies, the Table-4 breakdown, a predictions file.
+
+Two accuracies, as in the paper:
+  * value accuracy: the predicted equation evaluates (exactly, ``hlgt.expr.eval_prefix``) to the
+    gold answer within THE project tolerance (``values_match``);
+  * equation accuracy: the predicted prefix equals the gold prefix token for token.
+A prediction that does not evaluate (malformed, division by zero, missing slot) is wrong, and the
+reason is kept in the predictions file. A problem whose gold equation could not be represented
+(``prefix`` null in the shard) still counts: its equation is wrong by definition, its value may
+be right.
+
+The per-number-count table is the paper's Table 4: rows ``<=1, 2, 3, 4, 5, 6, >=7`` numbers in
+the problem text, each with its share of the split and its accuracy.
+
+``predict`` runs a trained ``Solver`` over shard rows in order (no Ray, no W&B: the caller passes
+the device); everything else here is plain Python on rows and token lists.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from hlgt.expr import ExprError, eval_prefix, prefix_to_infix, values_match
+
+NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
+
+
+def number_bucket(n_numbers: int) -> str:
+    """Table-4 row of a problem with ``n_numbers`` quantities in its text."""
+    if n_numbers <= 1:
+        return "<=1"
+    if n_numbers >= 7:
+        return ">=7"
+    return str(n_numbers)
+
+
+def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
+    """A prefix equation as readable infix, each slot ``Ni`` replaced by the number as written."""
+    if not prefix:
+        return ""
+    tokens = [
+        num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
+        for t in prefix
+    ]
+    try:
+        return prefix_to_infix(tokens)
+    except ExprError:  # a malformed prediction is shown as the raw prefix it was
+        return " ".join(prefix)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One problem's verdict: everything the predictions file holds."""
+
+    id: str
+    text: str
+    predicted: str  # infix, numbers substituted
+    gold: str  # infix, numbers substituted
+    predicted_prefix: list[str]
+    gold_prefix: list[str] | None
+    values: list[float]
+    answer: float
+    predicted_value: float | None
+    value_correct: bool
+    equation_correct: bool
+    n_numbers: int
+    error: str | None  # why the prediction could not be evaluated
+
+
+def score(row: Mapping[str, Any], predicted: Sequence[str]) -> Scored:
+    """Score one prediction against one shard row (keys: id, text, num_values, num_texts, prefix, answer)."""
+    values = [float(v) for v in row["num_values"]]
+    texts = [str(t) for t in row["num_texts"]]
+    gold = None if row["prefix"] is None else [str(t) for t in row["prefix"]]
+    predicted = [str(t) for t in predicted]
+    predicted_value, error = None, None
+    try:
+        predicted_value = eval_prefix(predicted, values)
+    except ExprError as e:
+        error = str(e)
+    return Scored(
+        id=str(row["id"]),
+        text=str(row["text"]),
+        predicted=infix_with_numbers(predicted, texts),
+        gold=infix_with_numbers(gold, texts),
+        predicted_prefix=predicted,
+        gold_prefix=gold,
+        values=values,
+        answer=float(row["answer"]),
+        predicted_value=predicted_value,
+        value_correct=predicted_value is not None and values_match(predicted_value, float(row["answer"])),
+        equation_correct=gold is not None and predicted == gold,
+        n_numbers=len(values),
+        error=error,
+    )
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    bucket: str
+    count: int
+    proportion: float
+    value_acc: float
+    equation_acc: float
+
+
+@dataclass(frozen=True)
+class Report:
+    n: int
+    value_acc: float
+    equation_acc: float
+    by_numbers: list[BucketRow]  # the seven Table-4 rows, in order (empty rows have count 0)
+
+
+def summarise(scored: Sequence[Scored]) -> Report:
+    """Accuracies over all problems and per Table-4 bucket; an empty split raises (nothing to report)."""
+    if not scored:
+        raise ValueError("no problems to evaluate")
+    n = len(scored)
+    rows = []
+    for b in NUMBER_BUCKETS:
+        group = [s for s in scored if number_bucket(s.n_numbers) == b]
+        k = len(group)
+        rows.append(BucketRow(
+            bucket=b,
+            count=k,
+            proportion=k / n,
+            value_acc=sum(s.value_correct for s in group) / k if k else 0.0,
+            equation_acc=sum(s.equation_correct for s in group) / k if k else 0.0,
+        ))
+    return Report(
+        n=n,
+        value_acc=sum(s.value_correct for s in scored) / n,
+        equation_acc=sum(s.equation_correct for s in scored) / n,
+        by_numbers=rows,
+    )
+
+
+@torch.no_grad()
+def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
+            batch_size: int, device: torch.device | str = "cpu") -> list[list[str]]:
+    """The solver's prefix equation for every row, in row order (eval mode, restored afterwards)."""
+    from hlgt.data.collate import collate
+
+    was_training = solver.training
+    solver.eval()
+    out: list[list[str]] = []
+    try:
+        for start in range(0, len(rows), batch_size):
+            chunk = list(rows[start:start + batch_size])
+            batch = collate(chunk, vocab, variant=variant).to(device)
+            if list(batch.ids) != [str(r["id"]) for r in chunk]:
+                raise RuntimeError("collate reordered or dropped evaluation rows; evaluation needs every row in order")
+            out.extend(list(p) for p in solver.solve(batch, beam_size=beam_size))
+    finally:
+        solver.train(was_training)
+    return out
+
+
+def evaluate(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
+             batch_size: int, device: torch.device | str = "cpu") -> tuple[Report, list[Scored]]:
+    """Predict and score every row: the one evaluation used for validation, test and benchmarks."""
+    predictions = predict(solver, rows, vocab, variant=variant, beam_size=beam_size,
+                          batch_size=batch_size, device=device)
+    scored = [score(row, p) for row, p in zip(rows, predictions)]
+    return summarise(scored), scored
+
+
+def table4_markdown(report: Report, title: str = "") -> str:
+    """The Table-4 breakdown as a Markdown table."""
+    lines = [f"### {title}", ""] if title else []
+    lines += ["| numbers | problems | proportion | value acc | equation acc |", "|---|---:|---:|---:|---:|"]
+    for r in report.by_numbers:
+        lines.append(f"| {r.bucket} | {r.count} | {100 * r.proportion:.1f}% | {100 * r.value_acc:.1f}% "
+                     f"| {100 * r.equation_acc:.1f}% |")
+    lines.append(f"| all | {report.n} | 100.0% | {100 * report.value_acc:.1f}% | {100 * report.equation_acc:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def table4_csv(report: Report) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["numbers", "problems", "proportion", "value_acc", "equation_acc"])
+    for r in report.by_numbers:
+        w.writerow([r.bucket, r.count, f"{r.proportion:.6f}", f"{r.value_acc:.6f}", f"{r.equation_acc:.6f}"])
+    w.writerow(["all", report.n, "1.000000", f"{report.value_acc:.6f}", f"{report.equation_acc:.6f}"])
+    return buf.getvalue()
+
+
+def write_predictions(path: str | Path, scored: Sequence[Scored]) -> Path:
+    """One JSON object per line: id, text, predicted and gold infix, values, correct or not, ..."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for s in scored:
+            f.write(json.dumps(asdict(s), ensure_ascii=False) + "\n")
+    return path
+
+
+def read_predictions(path: str | Path) -> list[dict]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_report(directory: str | Path, split: str, report: Report, scored: Sequence[Scored]) -> dict[str, Path]:
+    """``predictions_<split>.jsonl``, ``numbers_<split>.md`` and ``.csv`` in ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    md = directory / f"numbers_{split}.md"
+    md.write_text(table4_markdown(report, title=f"{split}: accuracy by number of numbers"), encoding="utf-8")
+    table = directory / f"numbers_{split}.csv"
+    table.write_text(table4_csv(report), encoding="utf-8")
+    return {"predictions": write_predictions(directory / f"predictions_{split}.jsonl", scored),
+            "table_md": md, "table_csv": table}

@@ -1,0 +1,254 @@
+"""Stage 12, launch: the Ray Train ``TorchTrainer`` whose worker loop is ``hlgt.train.loop.train``.
+
+Not a copy of the loop: ``worker_loop`` builds a ``loop.Runtime`` from the Ray Train context
+(rank, device, DDP through ``prepare_model`` — gloo on CPU, NCCL on GPU —, this worker's shard of
+the training Parquet through Ray Data, the whole validation and test splits on rank 0) and a
+``report`` that forwards to ``ray.train.report``; then it calls the loop.
+
+Checkpoints: rank 0 writes one every epoch (model, optimizer, scheduler, epoch, config,
+vocabulary: see loop.py); Ray keeps the best ``keep`` by validation value accuracy plus the latest.
+Resume: a stopped or failed run re-run with the same ``name`` and ``storage`` continues from its
+latest checkpoint (``ray.train.get_checkpoint()``); worker failures are retried
+(``FailureConfig(max_failures)``). Storage is a local folder by default, any path Ray accepts
+(S3, NFS) on a cluster.
+
+``tune_trial`` is the function trainable of a sweep: one TorchTrainer per trial, its metrics
+relayed to Tune by ``TuneReportCallback`` (a TorchTrainer handed straight to a Tuner fails under
+Ray Train's new engine).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hlgt import config as C
+from hlgt.config import Config
+from hlgt.train import loop, tracking
+
+SPLITS = ("train", "valid", "test")
+
+
+def ray_available() -> bool:
+    try:
+        import ray.train.torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def is_uri(path: str | Path) -> bool:
+    return "://" in str(path)
+
+
+def storage_root(explicit: str | None, local_default: str, env_suffix: str) -> str:
+    """``explicit``, else ``$HLGT_STORAGE/<env_suffix>`` (cluster runbook), else the local default (absolute)."""
+    if explicit:
+        root = explicit
+    elif os.environ.get("HLGT_STORAGE"):
+        root = os.environ["HLGT_STORAGE"].rstrip("/") + "/" + env_suffix
+    else:
+        root = local_default
+    return root if is_uri(root) else str(Path(root).resolve())
+
+
+def init_ray(address: str | None = None) -> None:
+    """Connect to ``address`` (``auto``, ``ray://...``, host:port) or start a local Ray.
+
+    A local Ray starts with its dashboard: Ray Train's PlacementGroupCleaner asks the state API
+    (served by the dashboard) whether a run's controller is alive, and without it the placement
+    group of a run that Tune stopped early is never removed, starving every later trial.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=True if address is None else None)
+
+
+def worker_cpus(workers: int, requested: float | None = None) -> float:
+    """CPUs per training worker, leaving one CPU of the cluster free for Ray Data's read tasks.
+
+    Ray Data reads the shards with 1-CPU tasks: when the training workers hold every CPU the
+    reads never schedule and the run hangs. ``requested=None`` fits the workers into what is left
+    (a fraction of a CPU each when needed, e.g. 0.5 for 2 workers on a 2-CPU laptop); an
+    explicit request that leaves no CPU free is an error, not a hang.
+    """
+    import ray
+
+    total = ray.cluster_resources().get("CPU", 0.0)
+    spare = total - 1.0
+    if spare <= 0:
+        raise RuntimeError(f"the Ray cluster has {total:g} CPU(s); training workers and Ray Data's readers need at least 2")
+    if requested is None:
+        return min(1.0, spare / workers)
+    if workers * requested > spare + 1e-9:
+        raise ValueError(f"{workers} worker(s) x {requested:g} CPU leave none of the cluster's {total:g} CPUs to Ray "
+                         f"Data's read tasks, and the run would hang: use at most {spare / workers:.3g} CPU per worker")
+    return requested
+
+
+def available_splits(shards_dir: str | Path) -> list[str]:
+    """The splits of the shard folder that hold at least one row."""
+    from hlgt.data.build import load_manifest
+
+    built = load_manifest(shards_dir)["splits"]
+    return [s for s in SPLITS if built.get(s, {}).get("kept", 0) > 0]
+
+
+def worker_loop(config: dict) -> dict:
+    """The per-worker function of the TorchTrainer: a ``Runtime`` from the Ray context, then the loop."""
+    import pyarrow as pa
+    import ray.train
+    import ray.train.torch
+    import torch
+    import torch.distributed as dist
+
+    from hlgt.data.collate import ShardCollateFn
+    from hlgt.data.vocab import Vocab
+
+    cfg = Config.from_flat(config["cfg"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    vocab = Vocab.from_dict(config["vocab"])
+    collate_fn = ShardCollateFn(vocab, cfg.data.graph)
+    bs = cfg.train.batch_size
+
+    def train_batches(epoch: int):
+        # Each worker streams its own shard (DataConfig splits "train" only, equal sizes, so every
+        # rank runs the same number of DDP steps); a local shuffle buffer reseeded per epoch.
+        shard = ray.train.get_dataset_shard("train")
+        return shard.iter_torch_batches(batch_size=bs, collate_fn=collate_fn, local_shuffle_buffer_size=4 * bs,
+                                        local_shuffle_seed=cfg.train.seed * 100_003 + epoch)
+
+    def eval_rows(split: str) -> list[dict]:
+        if split not in config["splits"]:
+            return []
+        tables = list(ray.train.get_dataset_shard(split).iter_batches(batch_size=4096, batch_format="pyarrow"))
+        return pa.concat_tables(tables).to_pylist() if tables else []
+
+    def all_reduce(t: torch.Tensor) -> torch.Tensor:
+        if world == 1 or not dist.is_initialized():
+            return t
+        moved = t.to(device)
+        dist.all_reduce(moved)
+        return moved.cpu()
+
+    def wrap(model):
+        # find_unused_parameters: an ablation arm leaves parts unused (no comparison head, no graph).
+        return ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
+
+    def report(metrics: dict, checkpoint_dir: Path | None) -> None:
+        checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+    # Ray Train tees print() to stdout and its logger (doubling every line); log through logging.
+    runtime = loop.Runtime(rank=rank, world_size=world, device=device, wrap_model=wrap,
+                           train_batches=train_batches, eval_rows=eval_rows, all_reduce=all_reduce,
+                           log=logging.getLogger("hlgt.train").info)
+    kwargs = dict(report=report, runtime=runtime, vocab=vocab, run_name=config["run_name"],
+                  group=config.get("group"), wandb_dir=config.get("wandb_dir"), wandb_mode=config.get("wandb_mode"),
+                  evaluate_test=config.get("evaluate_test", True))
+    start = ray.train.get_checkpoint()
+    if start is None:
+        return loop.train(cfg, config["shards_dir"], **kwargs).metrics
+    with start.as_directory() as directory:
+        return loop.train(cfg, config["shards_dir"], resume_from=directory, **kwargs).metrics
+
+
+def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, workers: int | None = None,
+                 cpus_per_worker: float | None = None, gpus_per_worker: float | None = None, keep: int = 2,
+                 max_failures: int = 1, placement_strategy: str = "PACK", callbacks: list | None = None,
+                 group: str | None = None, wandb_dir: str | None = None, evaluate_test: bool = True):
+    """The TorchTrainer for one training run of ``cfg`` (datasets read lazily by Ray Data)."""
+    import ray.data
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from hlgt.data.build import load_vocab
+
+    workers = workers or cfg.train.workers
+    use_gpu = cfg.train.use_gpu
+    resources: dict[str, float] = {"CPU": worker_cpus(workers, cpus_per_worker)}
+    if use_gpu:
+        resources["GPU"] = gpus_per_worker if gpus_per_worker is not None else 1.0
+    shards_dir = Path(shards_dir).resolve()  # workers on other nodes read the same (shared) path
+    splits = available_splits(shards_dir)
+    if "train" not in splits:
+        raise ValueError(f"no training rows in {shards_dir}")
+    ray.data.DataContext.get_current().enable_progress_bars = False  # per-epoch bars drown the progress lines
+    datasets = {s: ray.data.read_parquet(str(Path(shards_dir) / s)) for s in splits}
+    wandb_mode = tracking.prepare_environment(cfg.train.wandb)  # before fit(): workers read it at start
+    loop_config = {
+        "cfg": cfg.to_flat(), "vocab": load_vocab(shards_dir).to_dict(), "shards_dir": str(shards_dir),
+        "splits": splits, "run_name": name, "group": group, "wandb_mode": wandb_mode,
+        "wandb_dir": wandb_dir or (None if is_uri(storage) else str(Path(storage) / name)),
+        "evaluate_test": evaluate_test,
+    }
+    return TorchTrainer(
+        worker_loop,
+        train_loop_config=loop_config,
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources,
+                                               placement_strategy=placement_strategy),
+        run_config=ray.train.RunConfig(
+            name=name,
+            storage_path=storage,
+            failure_config=ray.train.FailureConfig(max_failures=max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=C.VAL_VALUE_ACC,
+                                                         checkpoint_score_order="max"),
+            callbacks=callbacks or [],
+        ),
+        datasets=datasets,
+        dataset_config=ray.train.DataConfig(datasets_to_split=["train"]),
+    )
+
+
+@dataclass
+class FitResult:
+    metrics: dict  # final metrics of rank 0 (best validation, test)
+    checkpoint: str | None  # the final checkpoint (best/, predictions, tables)
+    run_dir: str  # storage/name; for local storage the outputs are also published here
+    error: BaseException | None
+
+
+def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_on_error: bool = True,
+        **trainer_kwargs: Any) -> FitResult:
+    """Run (or resume) the training run ``storage/name`` on the connected Ray cluster.
+
+    A run that fails for good (worker failures beyond ``max_failures``) raises, or with
+    ``raise_on_error=False`` returns its error; re-running the same name continues it.
+    """
+    import ray.train
+
+    trainer = make_trainer(cfg, shards_dir, name=name, storage=storage, **trainer_kwargs)
+    run_dir = f"{storage.rstrip('/')}/{name}"
+    try:
+        result = trainer.fit()
+    except ray.train.TrainingFailedError as e:
+        if raise_on_error:
+            raise
+        return FitResult(metrics={}, checkpoint=None, run_dir=run_dir, error=e)
+    checkpoint = result.checkpoint.path if result.checkpoint is not None else None
+    if checkpoint and not is_uri(storage):
+        loop.publish(Path(checkpoint), Path(run_dir))
+    metrics = result.return_value if isinstance(result.return_value, dict) and result.return_value else dict(result.metrics or {})
+    return FitResult(metrics=metrics, checkpoint=checkpoint, run_dir=run_dir, error=None)
+
+
+def tune_trial(config: dict) -> None:
+    """The function trainable of a sweep: ``config`` holds the flat config of the trial
+    (``cfg``), the shards and the trial's resources; the TorchTrainer inside reports to Tune."""
+    import ray.tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    cfg = Config.from_flat(config["cfg"])
+    name = ray.tune.get_context().get_trial_name()
+    # Metrics and checkpoint paths reach Tune through the callback; the test split is left to the
+    # sweep, which evaluates each arm's chosen configuration once.
+    fit(cfg, config["shards_dir"], name=name, storage=config["storage"], raise_on_error=True,
+        workers=config["workers"], cpus_per_worker=config["cpus_per_worker"],
+        gpus_per_worker=config.get("gpus_per_worker"), keep=config.get("keep", 1),
+        max_failures=config.get("max_failures", 1), callbacks=[TuneReportCallback()],
+        group=config.get("group"), wandb_dir=config.get("wandb_dir"), evaluate_test=False)

@@ -1,0 +1,362 @@
+"""Stage 11, training: THE training loop, run as is in one process and on every Ray Train worker.
+
+What differs between the two is injected through ``Runtime`` (rank, device, DDP wrapping, where
+the training batches and evaluation rows come from) and the ``report`` callback (console and a
+local folder in one process; ``ray.train.report`` under Ray); nothing here imports Ray.
+
+Per epoch: Adam(lr, weight_decay) steps over this worker's batches, StepLR halves the learning
+rate every ``train.lr_step`` epochs, rank 0 evaluates on the whole validation split every
+``train.eval_every`` epochs (and on the first and last) with beam ``model.beam_size``, keeps the
+best model by validation value accuracy (test is never looked at), and writes a checkpoint that
+every rank then reports. After the last epoch rank 0 evaluates the best model once on test and
+writes the predictions files and the Table-4 breakdown into the final checkpoint.
+
+Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
+
+    trainer_state.pt   epoch, optimizer, scheduler, best epoch and metrics, history, RNG, finished,
+                       starts (the epoch each start or resume began after)
+    config.json        the full flat config
+    model/             Solver.save of the current weights (config, vocabulary, weights)
+    best/              Solver.save of the best weights + run_config.json: a model folder on its own
+    results.json, predictions_{valid,test}.jsonl, numbers_{valid,test}.{md,csv}   (final only)
+
+Everything loads with ``torch.load(weights_only=True)``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from hlgt import config as C
+from hlgt.config import Config
+from hlgt.train import evaluate as E
+from hlgt.train import tracking
+
+STATE_FILE = "trainer_state.pt"
+RESULTS_FILE = "results.json"
+# Files a finished run publishes next to its checkpoints (``publish``).
+OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.jsonl",
+           "numbers_valid.md", "numbers_valid.csv", "numbers_test.md", "numbers_test.csv")
+
+BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
+SPLIT_METRICS = {"valid": (C.VAL_VALUE_ACC, C.VAL_EQUATION_ACC), "test": (C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC)}
+
+Report = Callable[[dict, "Path | None"], None]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Runtime:
+    """What one process and a Ray Train worker do differently: injected, never forked."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # Wraps the model for data parallelism (Ray: prepare_model → DDP); must leave .module or the model.
+    wrap_model: Callable[[nn.Module], nn.Module] | None = None
+    # epoch → this worker's training batches; None: every training row, shuffled in process.
+    train_batches: Callable[[int], Iterable[Any]] | None = None
+    # split → all rows of that split (rank 0 only); None: hlgt.data.build.load_rows.
+    eval_rows: Callable[[str], list[dict]] | None = None
+    # sum a tensor over workers (None: one worker)
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    log: Callable[[str], None] = print
+
+
+@dataclass
+class TrainResult:
+    metrics: dict  # final: best validation and test metrics, epochs run (rank 0; empty elsewhere)
+    history: list[dict]  # per-epoch metrics, the resumed part included
+    checkpoint: Path | None  # the final checkpoint folder as written (in process) or None
+
+
+def _optimizer(cfg: Config, model: nn.Module):
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(cfg.train.lr_step, 1), gamma=cfg.train.lr_gamma)
+    return opt, sched
+
+
+def _fresh_state() -> dict:
+    return {"epoch": 0, "best_epoch": 0, "best": {C.VAL_VALUE_ACC: -1.0, C.VAL_EQUATION_ACC: 0.0},
+            "last_val": {}, "history": [], "finished": False, "starts": [0]}
+
+
+def write_checkpoint(directory: Path, cfg: Config, solver: nn.Module, best_weights: dict, opt, sched,
+                     state: Mapping[str, Any]) -> None:
+    """One resumable checkpoint (layout in the module docstring)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(cfg.to_flat(), indent=1), encoding="utf-8")
+    solver.save(directory / "model", extra={"epoch": state["epoch"]})
+    best = copy.deepcopy(solver)
+    best.load_state_dict(best_weights)
+    best.save(directory / "best", extra={"epoch": state["best_epoch"], **state["best"]})
+    (directory / "best" / "run_config.json").write_text(
+        json.dumps({"config": cfg.to_flat(), "epoch": state["best_epoch"], **state["best"]}, indent=1),
+        encoding="utf-8")
+    torch.save({**state, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "rng": torch.get_rng_state()}, directory / STATE_FILE)
+
+
+def read_checkpoint(directory: str | Path) -> dict:
+    """The trainer state of a checkpoint folder (``weights_only=True``)."""
+    path = Path(directory) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: not a checkpoint folder written by hlgt.train.loop")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def publish(checkpoint_dir: Path, run_dir: Path) -> None:
+    """Copy a finished run's outputs (best model, results, predictions, tables) into ``run_dir``."""
+    for name in OUTPUTS:
+        src = Path(checkpoint_dir) / name
+        dst = Path(run_dir) / name
+        if not src.exists():
+            continue
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+
+class LocalReporter:
+    """The single-process ``report``: keeps the latest checkpoint in ``run_dir/checkpoint``
+    (swapped in whole, so a kill mid-copy leaves the previous one), appends metrics to
+    ``run_dir/metrics.jsonl`` and publishes the outputs of the final checkpoint."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.run_dir / "checkpoint"
+
+    def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
+        with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(metrics) + "\n")
+        if checkpoint_dir is None:
+            return
+        staging = self.run_dir / ".checkpoint.tmp"
+        old = self.run_dir / ".checkpoint.old"
+        for p in (staging, old):
+            if p.exists():
+                shutil.rmtree(p)
+        shutil.copytree(checkpoint_dir, staging)
+        if self.checkpoint.exists():
+            self.checkpoint.rename(old)
+        staging.rename(self.checkpoint)
+        if old.exists():
+            shutil.rmtree(old)
+        if (self.checkpoint / RESULTS_FILE).exists():
+            publish(self.checkpoint, self.run_dir)
+
+
+def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
+    val = (f" | val value {100 * m[C.VAL_VALUE_ACC]:.1f}% eq {100 * m[C.VAL_EQUATION_ACC]:.1f}%"
+           if evaluated else "")
+    return (f"epoch {epoch}/{epochs} | loss {m[C.TRAIN_LOSS]:.4f} (tree {m[C.TRAIN_TREE_LOSS]:.4f} "
+            f"com {m[C.TRAIN_COM_LOSS]:.4f}) | lr {m[C.LR]:.2e} | {m[C.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
+            f"{val} | {seconds:.1f}s")
+
+
+def train(
+    cfg: Config,
+    shards_dir: str | Path,
+    *,
+    report: Report | None = None,
+    run_dir: str | Path | None = None,
+    resume_from: str | Path | None = None,
+    runtime: Runtime | None = None,
+    vocab=None,
+    evaluate_test: bool = True,
+    run_name: str = "run",
+    group: str | None = None,
+    wandb_dir: str | Path | None = None,
+    wandb_mode: str | None = None,
+) -> TrainResult:
+    """Train ``cfg`` on the shards in ``shards_dir``; return the final metrics on rank 0.
+
+    ``report(metrics, checkpoint_dir)`` is called by every rank after every epoch and once after
+    the test evaluation (rank 0 passes the checkpoint folder, the others None); by default a
+    ``LocalReporter`` on ``run_dir``. ``resume_from``: a checkpoint folder to continue from
+    (a finished one returns its results without training). ``vocab``: the shards' vocabulary
+    when the caller has it (Ray workers), else read from ``shards_dir``. ``evaluate_test=False``
+    (sweep trials) leaves the test split untouched: the sweep evaluates each arm's best once.
+    """
+    from hlgt.data.build import load_rows, load_vocab
+    from hlgt.data.collate import iter_batches
+    from hlgt.model.solver import Solver
+
+    rt = runtime or Runtime()
+    if cfg.train.epochs < 1:
+        raise ValueError(f"train.epochs must be >= 1, got {cfg.train.epochs}")
+    if report is None:
+        if run_dir is None:
+            raise ValueError("train needs a report callback or a run_dir for the local one")
+        report = LocalReporter(run_dir)
+    if cfg.train.threads > 0:
+        torch.set_num_threads(cfg.train.threads)
+    main = rt.rank == 0
+    log = rt.log if main else (lambda _msg: None)
+    seed_everything(cfg.train.seed)
+    vocab = vocab if vocab is not None else load_vocab(shards_dir)
+    variant = cfg.data.graph
+
+    solver = Solver(cfg.model, vocab).to(rt.device)
+    opt, sched = _optimizer(cfg, solver)
+    state = _fresh_state()
+    if resume_from is not None:
+        saved = read_checkpoint(resume_from)
+        solver.load_state_dict(Solver.load(Path(resume_from) / "model").state_dict())
+        best_weights = {k: v.to(rt.device) for k, v in Solver.load(Path(resume_from) / "best").state_dict().items()}
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["rng"])
+        state = {k: saved[k] for k in _fresh_state()}
+        state["starts"] = list(state["starts"]) + [state["epoch"]]  # where each (re)start began
+        log(f"resuming from {resume_from} after epoch {state['epoch']}")
+        if state["finished"]:
+            return TrainResult(metrics=json.loads((Path(resume_from) / RESULTS_FILE).read_text())
+                               if main else {}, history=state["history"], checkpoint=Path(resume_from))
+    else:
+        best_weights = copy.deepcopy(solver.state_dict())
+    model = rt.wrap_model(solver) if rt.wrap_model else solver
+
+    eval_cache: dict[str, list[dict]] = {}
+
+    def rows(split: str) -> list[dict]:
+        if split not in eval_cache:
+            eval_cache[split] = rt.eval_rows(split) if rt.eval_rows else load_rows(shards_dir, split)
+        return eval_cache[split]
+
+    if rt.train_batches is None:
+        train_rows = rows("train")
+        unusable = sum(r["prefix"] is None for r in train_rows)
+        if unusable:
+            log(f"skipping {unusable} training rows without a representable gold equation")
+            train_rows = [r for r in train_rows if r["prefix"] is not None]
+        if not train_rows:
+            raise ValueError(f"no training rows in {shards_dir}")
+
+        def train_batches(epoch: int):
+            return iter_batches(train_rows, vocab, cfg.train.batch_size, shuffle=True,
+                                seed=cfg.train.seed * 100_003 + epoch, variant=variant)
+    else:
+        train_batches = rt.train_batches
+
+    def evaluate_split(split: str, net: nn.Module):
+        split_rows = rows(split)
+        if not split_rows:
+            return None, []
+        return E.evaluate(net, split_rows, vocab, variant=variant, beam_size=cfg.model.beam_size,
+                          batch_size=cfg.train.batch_size, device=rt.device)
+
+    tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
+                             name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
+                             directory=wandb_dir or run_dir or tempfile.gettempdir())
+    try:
+        epochs = cfg.train.epochs
+        for epoch in range(state["epoch"] + 1, epochs + 1):
+            started = time.perf_counter()
+            model.train()
+            sums = torch.zeros(4, dtype=torch.float64)  # loss, tree, com (problem-weighted), problems
+            lr = opt.param_groups[0]["lr"]
+            for batch in train_batches(epoch):
+                batch = batch.to(rt.device)
+                out = model(batch)
+                opt.zero_grad(set_to_none=True)
+                out["loss"].backward()
+                opt.step()
+                n = len(batch)
+                sums += torch.tensor([out["loss"].item() * n, out["tree_loss"].item() * n,
+                                      out["com_loss"].item() * n, n], dtype=torch.float64)
+            sched.step()
+            elapsed = time.perf_counter() - started
+            if rt.all_reduce is not None:
+                sums = rt.all_reduce(sums)
+            if sums[3] == 0:
+                raise RuntimeError(f"epoch {epoch}: no training batches")
+            loss = float(sums[0] / sums[3])
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
+            metrics = {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
+                       C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
+                       C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9)}
+            evaluated = main and (epoch == 1 or epoch == epochs or epoch % max(cfg.train.eval_every, 1) == 0)
+            if evaluated:
+                report_, _ = evaluate_split("valid", solver)
+                if report_ is None:  # no validation split: the last epoch is the one kept
+                    state["last_val"] = {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0}
+                    improved = True
+                else:
+                    state["last_val"] = {C.VAL_VALUE_ACC: report_.value_acc, C.VAL_EQUATION_ACC: report_.equation_acc}
+                    improved = report_.value_acc > state["best"][C.VAL_VALUE_ACC]
+                if improved:
+                    state["best"] = dict(state["last_val"])
+                    state["best_epoch"] = epoch
+                    best_weights = copy.deepcopy(solver.state_dict())
+            # Every report carries validation metrics (the latest evaluation) so that schedulers and
+            # checkpoint ranking always find them.
+            metrics.update(state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
+            state["epoch"] = epoch
+            state["history"].append(metrics)
+            log(_progress(epoch, epochs, metrics, evaluated, time.perf_counter() - started))
+            tracker.log(metrics, step=epoch)
+            if main:
+                with tempfile.TemporaryDirectory(prefix="hlgt-ckpt-") as tmp:
+                    write_checkpoint(Path(tmp), cfg, solver, best_weights, opt, sched, state)
+                    report(metrics, Path(tmp))
+            else:
+                report(metrics, None)
+
+        # The best model, evaluated once on test (never used for selection).
+        final: dict = {}
+        if main:
+            best = copy.deepcopy(solver)
+            best.load_state_dict(best_weights)
+            with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
+                state["finished"] = True
+                write_checkpoint(Path(tmp), cfg, solver, best_weights, opt, sched, state)
+                final = {C.EPOCH: state["epoch"], BEST_EPOCH: state["best_epoch"], **state["best"]}
+                for split in ("valid", "test") if evaluate_test else ("valid",):
+                    rep, scored = evaluate_split(split, best)
+                    if rep is None:
+                        log(f"no {split} split: nothing to evaluate")
+                        continue
+                    E.write_report(tmp, split, rep, scored)
+                    value_key, equation_key = SPLIT_METRICS[split]
+                    final[value_key], final[equation_key] = rep.value_acc, rep.equation_acc
+                    log(E.table4_markdown(rep, title=f"{split} (best epoch {state['best_epoch']})"))
+                    tracker.log_predictions(f"predictions/{split}", scored)
+                    tracker.log_table(f"numbers/{split}", ["numbers", "problems", "proportion", "value_acc",
+                                                           "equation_acc"],
+                                      [[r.bucket, r.count, r.proportion, r.value_acc, r.equation_acc]
+                                       for r in rep.by_numbers])
+                (Path(tmp) / RESULTS_FILE).write_text(json.dumps(final, indent=1), encoding="utf-8")
+                tracker.summary(final)
+                report(final, Path(tmp))
+        else:
+            report({C.EPOCH: state["epoch"]}, None)
+    finally:
+        tracker.finish()
+    checkpoint = report.checkpoint if isinstance(report, LocalReporter) else None
+    return TrainResult(metrics=final, history=state["history"], checkpoint=checkpoint)

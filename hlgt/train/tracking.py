@@ -1,0 +1,128 @@
+"""Stage 14, tracking: Weights & Biases on rank 0 when enabled, a no-op ``Tracker`` otherwise.
+
+One W&B run per training run (one per Tune trial), grouped by sweep and named by arm and trial:
+the flat config, per-epoch metrics, the per-problem predictions of the best model, and (for the
+sweep's own summary run) the final results table.
+
+Mode: ``WANDB_MODE`` when the user set it; else ``online`` when ``WANDB_API_KEY`` is set; else
+``offline``, written under a local folder (``<dir>/wandb/offline-run-*``) that ``wandb sync``
+uploads later. ``train.wandb=false`` (``--no-wandb``) turns it off. The API key is read by W&B
+itself from the environment: this module never copies it into a config, a log line or a file.
+
+The model never imports this module; only the training loop and the sweep do.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+def resolve_mode(enabled: bool) -> str:
+    """``disabled`` | ``online`` | ``offline`` (see the module docstring)."""
+    if not enabled:
+        return "disabled"
+    explicit = os.environ.get("WANDB_MODE", "").strip().lower()
+    if explicit:
+        if explicit not in ("online", "offline", "disabled", "dryrun", "run"):
+            raise ValueError(f"WANDB_MODE={explicit!r} is not one of online, offline, disabled")
+        return {"dryrun": "offline", "run": "online"}.get(explicit, explicit)
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def prepare_environment(enabled: bool) -> str:
+    """Resolve the mode and export it as ``WANDB_MODE`` (Ray workers read it at start, so call before ``fit()``)."""
+    mode = resolve_mode(enabled)
+    if mode != "disabled":
+        os.environ["WANDB_MODE"] = mode
+    return mode
+
+
+def run_id(name: str) -> str:
+    """A W&B run id from a run name: stable, so a resumed run keeps writing to the same run."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:120] or "run"
+
+
+class Tracker:
+    """The interface, and the disabled tracker: every call does nothing."""
+
+    enabled = False
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        pass
+
+    def summary(self, metrics: Mapping[str, Any]) -> None:
+        pass
+
+    def log_table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        pass
+
+    def log_predictions(self, key: str, scored: Sequence[Any]) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class WandbTracker(Tracker):
+    enabled = True
+
+    def __init__(self, run) -> None:
+        self._run = run
+        self.directory = Path(run.dir).parent  # .../wandb/offline-run-*/ (or run-*/ online)
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        self._run.log(dict(metrics), step=step)
+
+    def summary(self, metrics: Mapping[str, Any]) -> None:
+        for key, value in metrics.items():
+            self._run.summary[key] = value
+
+    def log_table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        import wandb
+
+        self._run.log({key: wandb.Table(columns=list(columns), data=[list(r) for r in rows])})
+
+    def log_predictions(self, key: str, scored: Sequence[Any]) -> None:
+        """Per-problem predictions (``evaluate.Scored``) as a W&B table."""
+        columns = ["id", "text", "predicted", "gold", "values", "answer", "predicted_value",
+                   "value_correct", "equation_correct", "n_numbers"]
+        rows = []
+        for s in scored:
+            d = asdict(s)
+            d["values"] = " ".join(f"{v:g}" for v in d["values"])
+            rows.append([d[c] for c in columns])
+        self.log_table(key, columns, rows)
+
+    def finish(self) -> None:
+        self._run.finish()
+
+
+def start(config: Mapping[str, Any], *, enabled: bool, project: str, name: str, group: str | None,
+          directory: str | Path, rank: int = 0, job_type: str = "train", mode: str | None = None) -> Tracker:
+    """A tracker for this process: W&B on rank 0 when enabled, the no-op ``Tracker`` otherwise.
+
+    ``mode`` forces a mode resolved elsewhere (the driver resolves it and passes it to workers).
+    """
+    mode = mode or resolve_mode(enabled)
+    if rank != 0 or not enabled or mode == "disabled":
+        return Tracker()
+    import wandb
+
+    directory = Path(directory).expanduser().resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(
+        project=project,
+        name=name,
+        id=run_id(f"{group}-{name}" if group else name),
+        group=group,
+        job_type=job_type,
+        config=dict(config),
+        dir=str(directory),
+        mode=mode,
+        resume="allow",
+        reinit="create_new",
+    )
+    return WandbTracker(run)

@@ -1,0 +1,101 @@
+"""The training loop in one process on the sample data: checkpoint, reload, resume, outputs."""
+import json
+
+import pytest
+
+from hlgt import config as C
+from hlgt.config import Config
+from hlgt.train import loop
+
+TINY = {"data.dataset": "sample", "train.epochs": 2, "train.lr_step": 1, "train.batch_size": 16,
+        "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
+        "model.beam_size": 2, "model.max_output_len": 16, "train.wandb": False, "train.threads": 1}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    from hlgt.data.build import ensure_shards
+
+    return ensure_shards(Config.from_flat({**TINY, "data.shards_dir": str(tmp_path_factory.mktemp("processed"))}))
+
+
+def tiny(**flat) -> Config:
+    return Config.from_flat({**TINY, **flat})
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
+    from hlgt.data.build import load_vocab
+    from hlgt.model.solver import Solver
+
+    run = tmp_path / "run"
+    result = loop.train(tiny(), shards, run_dir=run)
+
+    assert [m[C.EPOCH] for m in result.history] == [1, 2]
+    for m in result.history:
+        assert m[C.TRAIN_LOSS] > 0 and 0.0 <= m[C.VAL_VALUE_ACC] <= 1.0 and m[C.TRAIN_PROBLEMS_PER_S] > 0
+    assert result.history[1][C.LR] == pytest.approx(0.5 * result.history[0][C.LR])  # StepLR(1, 0.5)
+    assert set(result.metrics) >= {C.VAL_VALUE_ACC, C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC, C.EPOCH}
+    assert result.metrics[C.EPOCH] == 2
+
+    state = loop.read_checkpoint(run / "checkpoint")  # torch.load(weights_only=True)
+    assert state["epoch"] == 2 and state["finished"] and state["starts"] == [0]
+    assert {"optimizer", "scheduler", "history", "best_epoch"} <= set(state)
+    flat = json.loads((run / "checkpoint" / "config.json").read_text())
+    assert Config.from_flat(flat) == tiny()
+
+    # The published model folder reloads on its own and decodes.
+    best = Solver.load(run / "best")
+    assert json.loads((run / "best" / "run_config.json").read_text())["config"] == tiny().to_flat()
+    assert best.vocab.to_dict() == load_vocab(shards).to_dict()
+    # Outputs: predictions of the best model, Table-4 tables, results.
+    lines = (run / "predictions_test.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and {"id", "predicted", "gold", "value_correct"} <= set(json.loads(lines[0]))
+    assert (run / "numbers_test.md").read_text().count("|") > 30
+    assert json.loads((run / "results.json").read_text()) == result.metrics
+    metrics_log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m.get(C.EPOCH) for m in metrics_log] == [1, 2, 2]  # two epochs, then the final report
+
+
+def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
+    cfg = tiny(**{"train.epochs": 3})
+    straight = loop.train(cfg, shards, run_dir=tmp_path / "straight")
+
+    reporter = loop.LocalReporter(tmp_path / "resumed")
+
+    def report_then_die(metrics, checkpoint_dir):
+        reporter(metrics, checkpoint_dir)
+        if metrics[C.EPOCH] == 1:
+            raise Interrupt  # killed right after its first checkpoint
+
+    with pytest.raises(Interrupt):
+        loop.train(cfg, shards, report=report_then_die)
+    assert loop.read_checkpoint(reporter.checkpoint)["epoch"] == 1
+    resumed = loop.train(cfg, shards, run_dir=tmp_path / "resumed", resume_from=reporter.checkpoint)
+
+    assert loop.read_checkpoint(tmp_path / "resumed" / "checkpoint")["starts"] == [0, 1]
+    assert [m[C.EPOCH] for m in resumed.history] == [1, 2, 3]
+    # Same data order, restored optimizer, scheduler and RNG: the same training, epoch for epoch.
+    for a, b in zip(straight.history, resumed.history):
+        assert a[C.TRAIN_LOSS] == pytest.approx(b[C.TRAIN_LOSS], rel=1e-5)
+        assert a[C.LR] == b[C.LR]
+    assert resumed.metrics[C.TEST_VALUE_ACC] == pytest.approx(straight.metrics[C.TEST_VALUE_ACC])
+
+    # A finished run re-run returns its results without training again.
+    again = loop.train(cfg, shards, run_dir=tmp_path / "resumed", resume_from=tmp_path / "resumed" / "checkpoint")
+    assert again.metrics == resumed.metrics and len(again.history) == 3
+
+
+def test_sweep_trials_leave_test_alone(shards, tmp_path):
+    result = loop.train(tiny(**{"train.epochs": 1}), shards, run_dir=tmp_path / "r", evaluate_test=False)
+    assert C.TEST_VALUE_ACC not in result.metrics and C.VAL_VALUE_ACC in result.metrics
+    assert not (tmp_path / "r" / "predictions_test.jsonl").exists()
+    assert (tmp_path / "r" / "predictions_valid.jsonl").exists()
+
+
+def test_report_is_required(shards):
+    with pytest.raises(ValueError, match="report"):
+        loop.train(tiny(), shards)

@@ -1,0 +1,124 @@
+"""The sweep: search space sampling, the plan, the results table and chart; and (Ray) a two-arm
+sweep on the sample data that writes the table, the chart and one offline W&B run per trial."""
+import json
+import math
+
+import pytest
+
+from hlgt.train import sweep
+
+CENTRE = {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1, "train.lr": 1e-3}
+
+
+def test_parse_values():
+    assert sweep.parse_values("2,4, 8") == [2, 4, 8]
+    assert sweep.parse_values("0.05,1e-3") == [0.05, 1e-3]
+    assert sweep.parse_values("true,srl") == [True, "srl"]
+
+
+def test_samples_start_at_the_centre_and_stay_distinct():
+    configs = sweep.sample_configs(sweep.DEFAULT_SPACE, CENTRE, n=6, seed=3)
+    assert configs[0] == {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}
+    assert len(configs) == 6 and len({json.dumps(c, sort_keys=True) for c in configs}) == 6
+    for c in configs:
+        assert all(c[k] in v for k, v in sweep.DEFAULT_SPACE.items())
+    assert sweep.sample_configs(sweep.DEFAULT_SPACE, CENTRE, n=6, seed=3) == configs  # seeded
+    assert len(sweep.sample_configs({"model.heads": [2, 4]}, CENTRE, n=10)) == 2  # capped by the space
+
+
+def test_grid_and_continuous_dimensions():
+    grid = sweep.sample_configs({"model.heads": [2, 4], "model.layers": [1, 2, 3]}, CENTRE, n=1, grid=True)
+    assert len(grid) == 6
+    lr = sweep.sample_configs({"train.lr": {"loguniform": [1e-4, 1e-2]}}, CENTRE, n=5, seed=1)
+    assert lr[0] == {"train.lr": 1e-3} and all(1e-4 <= c["train.lr"] <= 1e-2 for c in lr)
+    # A centre outside the space is replaced by the space's middle.
+    assert sweep.sample_configs({"train.lr": {"uniform": [0.1, 0.3]}}, CENTRE, n=1)[0]["train.lr"] == pytest.approx(0.2)
+    assert sweep.sample_configs({"model.heads": [1, 2, 8]}, CENTRE, n=1) == [{"model.heads": 2}]
+    with pytest.raises(ValueError, match="not a config key"):
+        sweep.sample_configs({"model.head": [2]}, CENTRE, n=1)
+    with pytest.raises(ValueError, match="list of values"):
+        sweep.sample_configs({"model.heads": {"normal": [0, 1]}}, CENTRE, n=1)
+
+
+def test_smoke_plan(tmp_path):
+    args = sweep.build_parser().parse_args(
+        ["--ablation", "no_line_graph", "--smoke-test", "--storage", str(tmp_path / "sweeps"),
+         "--set", f"data.shards_dir={tmp_path / 'processed'}", "--seeds", "1,2"])
+    plan = sweep.make_plan(args)
+    assert plan.arms == ["full", "no_line_graph"]  # the reference arm is added
+    assert plan.samples == [{"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}]
+    assert plan.replicates == [{"data.fold": 0, "train.seed": 1}, {"data.fold": 0, "train.seed": 2}]
+    assert plan.base["data.dataset"] == "sample" and plan.base["model.hidden_size"] == sweep.SMOKE["model.hidden_size"]
+    assert plan.trial_flat("no_line_graph", 0, 1)["model.line_graph"] is False
+    assert plan.trial_flat("no_line_graph", 0, 1)["train.seed"] == 2
+    assert (tmp_path / "processed" / "sample-offline" / "manifest.json").exists()
+    assert plan.root == str(tmp_path / "sweeps" / plan.name)
+
+    # The same from a YAML file; command-line flags win over it.
+    space = tmp_path / "space.yaml"
+    space.write_text("space:\n  model.heads: [2, 4]\n  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\n"
+                     "num_samples: 3\nablation: [gts, hgt]\nset: {train.epochs: 7}\n")
+    args = sweep.build_parser().parse_args(
+        ["--space", str(space), "--dataset", "sample", "--no-reference", "--layers", "1,3", "--storage",
+         str(tmp_path / "sweeps"), "--set", f"data.shards_dir={tmp_path / 'processed'}"])
+    plan = sweep.make_plan(args)
+    assert plan.arms == ["gts", "hgt"] and plan.base["train.epochs"] == 7 and len(plan.samples) == 3
+    assert set(plan.samples[0]) == {"model.heads", "train.lr", "model.layers"}
+    assert plan.samples[0] == {"model.heads": 4, "train.lr": 1e-3, "model.layers": 3}  # the centre, within the space
+
+
+def test_results_table_and_chart(tmp_path):
+    rows = [
+        {"arm": "full", "config": "heads=4 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 0,
+         "val_value_acc_mean": 0.80, "val_value_acc_std": 0.01, "test_value_acc_mean": 0.78,
+         "test_value_acc_std": 0.02, "test_equation_acc_mean": 0.70, "test_equation_acc_std": 0.03},
+        {"arm": "no_line_graph", "config": "heads=2 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 1,
+         "val_value_acc_mean": 0.75, "val_value_acc_std": 0.0, "test_value_acc_mean": 0.74,
+         "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01},
+    ]
+    paths = sweep.write_results(tmp_path, rows, "seeds", "t")
+    md = paths["md"].read_text()
+    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 |" in md
+    assert paths["csv"].read_text().splitlines()[0] == ",".join(sweep.CSV_COLUMNS)
+    assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mean_std():
+    assert sweep.mean_std([0.5]) == (0.5, 0.0)
+    m, s = sweep.mean_std([0.4, 0.6])
+    assert m == pytest.approx(0.5) and s == pytest.approx(math.sqrt(0.02))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    storage = tmp_path / "sweeps"
+    argv = ["--ablation", "no_line_graph", "--smoke-test", "--name", "t", "--storage", str(storage),
+            "--set", f"data.shards_dir={tmp_path / 'processed'}", "--set", "train.epochs=2"]
+    try:
+        assert sweep.main(argv) == 0
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    root = storage / "t"
+    assert "| full |" in out and "| no_line_graph |" in out
+    results = json.loads((root / "results.json").read_text())
+    assert [r["arm"] for r in results] == ["full", "no_line_graph"]
+    for r in results:
+        assert r["runs"] == 1 and 0.0 <= r["test_value_acc_mean"] <= 1.0
+        assert (root / "best" / r["arm"] / "replicate0" / "predictions_test.jsonl").exists()
+    assert (root / "results.png").read_bytes()[:4] == b"\x89PNG" and (root / "results.csv").exists()
+    # One offline W&B run per trial (named by arm and trial, grouped by the sweep) + the summary run.
+    runs = sorted(root.glob("wandb/offline-run-*"))
+    assert len(runs) == 3
+    logs = [next(r.glob("run-*.wandb")).read_bytes() for r in runs]
+    trial_logs = [log for log in logs if b"train/loss" in log]
+    assert len(trial_logs) == 2 and all(b"val/value_acc" in log for log in trial_logs)
+    assert any(b"full-s0-r0" in log for log in trial_logs) and any(b"no_line_graph-s0-r0" in log for log in trial_logs)
+    assert sum(b"t-results" in log for log in logs) == 1

@@ -1,0 +1,71 @@
+"""W&B tracking: mode resolution, the no-op tracker, and an offline run holding the metrics."""
+from pathlib import Path
+
+import pytest
+
+from hlgt.config import TRAIN_LOSS, VAL_VALUE_ACC
+from hlgt.train import tracking
+from hlgt.train.evaluate import score
+
+FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    return monkeypatch
+
+
+def test_mode_resolution(clean_env):
+    assert tracking.resolve_mode(False) == "disabled"
+    assert tracking.resolve_mode(True) == "offline"
+    clean_env.setenv("WANDB_API_KEY", FAKE_KEY)
+    assert tracking.resolve_mode(True) == "online"
+    clean_env.setenv("WANDB_MODE", "offline")
+    assert tracking.resolve_mode(True) == "offline"
+    assert tracking.resolve_mode(False) == "disabled"
+    clean_env.setenv("WANDB_MODE", "sometimes")
+    with pytest.raises(ValueError, match="WANDB_MODE"):
+        tracking.resolve_mode(True)
+
+
+def test_disabled_and_non_zero_ranks_do_nothing(clean_env, tmp_path):
+    for kwargs in ({"enabled": False, "rank": 0}, {"enabled": True, "rank": 1}):
+        t = tracking.start({"a": 1}, project="p", name="n", group=None, directory=tmp_path, **kwargs)
+        assert not t.enabled
+        t.log({"x": 1.0}, step=1)
+        t.log_table("t", ["a"], [[1]])
+        t.finish()
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_run_ids_are_stable_and_safe():
+    assert tracking.run_id("sweep/full-s0-r0 trial:1") == tracking.run_id("sweep/full-s0-r0 trial:1")
+    assert tracking.run_id("sweep/full-s0-r0 trial:1") == "sweep-full-s0-r0-trial-1"
+
+
+def test_offline_run_holds_config_metrics_and_predictions_but_never_the_key(clean_env, tmp_path):
+    clean_env.setenv("WANDB_API_KEY", FAKE_KEY)  # present, but WANDB_MODE says offline
+    clean_env.setenv("WANDB_MODE", "offline")
+    t = tracking.start({"model.heads": 4, "train.lr": 1e-3}, enabled=True, project="hlgt-test", name="full-t1",
+                       group="sweep-x", directory=tmp_path)
+    assert t.enabled
+    for epoch in (1, 2):
+        t.log({TRAIN_LOSS: 1.0 / epoch, VAL_VALUE_ACC: 0.25 * epoch}, step=epoch)
+    row = {"id": "7", "text": "t", "num_values": [2.0, 3.0], "num_texts": ["2", "3"], "prefix": ["+", "N0", "N1"],
+           "answer": 5.0}
+    t.log_predictions("predictions/test", [score(row, ["+", "N0", "N1"])])
+    t.summary({"test/value_acc": 1.0})
+    t.finish()
+
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    log = next(runs[0].glob("run-*.wandb")).read_bytes()
+    for expected in (b"val/value_acc", b"train/loss", b"model.heads", b"sweep-x", b"full-t1", b"test/value_acc"):
+        assert expected in log
+    tables = list(runs[0].glob("files/media/table/predictions/*.table.json"))
+    assert tables and '"2+3"' in tables[0].read_text()  # the predicted equation, numbers substituted
+    for path in Path(tmp_path).rglob("*"):
+        if path.is_file():
+            assert FAKE_KEY.encode() not in path.read_bytes(), f"the API key leaked into {path}"
