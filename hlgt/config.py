@@ -191,4 +191,5 @@ VAL_EQUATION_ACC = "val/equation_acc"
 TEST_VALUE_ACC = "test/value_acc"
 TEST_EQUATION_ACC = "test/equation_acc"
 EPOCH = "epoch"
+BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
 LR = "train/lr"

@@ -93,9 +93,9 @@ def test_submit_runs_a_job_and_reports_its_failure(local_ray_with_jobs):
 @pytest.mark.slow
 def test_submit_runs_the_smoke_sweep(local_ray_with_jobs, tmp_path):
     address, env = local_ray_with_jobs
-    out = tmp_path / "sweep"
     done = _submit(address, env, "python", "tune/sweep.py", "--ablation", "full", "--smoke-test", "--no-wandb",
-                   "--out", str(out), timeout=900)
+                   "--storage", str(tmp_path), "--name", "job-smoke", timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "SUCCEEDED" in done.stdout
+    out = tmp_path / "job-smoke"
     assert (out / "results.md").exists() and (out / "results.csv").exists()

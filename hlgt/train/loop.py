@@ -50,7 +50,6 @@ RESULTS_FILE = "results.json"
 OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.jsonl",
            "numbers_valid.md", "numbers_valid.csv", "numbers_test.md", "numbers_test.csv")
 
-BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
 SPLIT_METRICS = {"valid": (C.VAL_VALUE_ACC, C.VAL_EQUATION_ACC), "test": (C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC)}
 
 Report = Callable[[dict, "Path | None"], None]
@@ -336,7 +335,7 @@ def train(
             with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
                 state["finished"] = True
                 write_checkpoint(Path(tmp), cfg, solver, best_weights, opt, sched, state)
-                final = {C.EPOCH: state["epoch"], BEST_EPOCH: state["best_epoch"], **state["best"]}
+                final = {C.EPOCH: state["epoch"], C.BEST_EPOCH: state["best_epoch"], **state["best"]}
                 for split in ("valid", "test") if evaluate_test else ("valid",):
                     rep, scored = evaluate_split(split, best)
                     if rep is None:
