@@ -109,3 +109,27 @@ def test_predictions_file_and_tables(tmp_path, scored):
     assert table4_markdown(report) in md
     lines = table4_csv(report).splitlines()
     assert lines[0] == "numbers,problems,proportion,value_acc,equation_acc" and len(lines) == 9
+
+
+def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
+    """Batches are formed by text length; every prediction still lands on its own row."""
+    import torch
+
+    from hlgt.data import collate as collate_module
+    from hlgt.train.evaluate import predict
+
+    rows = [{"id": str(i), "tokens": ["w"] * n} for i, n in enumerate([9, 2, 7, 1, 5, 3, 8])]
+    seen_batches = []
+
+    def fake_collate(chunk, vocab, variant):
+        seen_batches.append([len(r["tokens"]) for r in chunk])
+        return type("B", (), {"ids": [r["id"] for r in chunk], "to": lambda self, device: self})()
+
+    class EchoSolver(torch.nn.Module):
+        def solve(self, batch, beam_size):
+            return [[f"N{b}"] for b in batch.ids]  # the row's own id, to check placement
+
+    monkeypatch.setattr(collate_module, "collate", fake_collate)
+    out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
+    assert out == [[f"N{i}"] for i in range(len(rows))]
+    assert seen_batches == [[1, 2, 3], [5, 7, 8], [9]]

@@ -145,19 +145,25 @@ def summarise(scored: Sequence[Scored]) -> Report:
 @torch.no_grad()
 def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
             batch_size: int, device: torch.device | str = "cpu") -> list[list[str]]:
-    """The solver's prefix equation for every row, in row order (eval mode, restored afterwards)."""
+    """The solver's prefix equation for every row, in row order (eval mode, restored afterwards).
+
+    Rows are decoded in order of text length, so a batch pads little (a problem's prediction does
+    not depend on its batch-mates), and put back in row order."""
     from hlgt.data.collate import collate
 
     was_training = solver.training
     solver.eval()
-    out: list[list[str]] = []
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["tokens"]))
+    out: list[list[str]] = [[] for _ in rows]
     try:
-        for start in range(0, len(rows), batch_size):
-            chunk = list(rows[start:start + batch_size])
+        for start in range(0, len(order), batch_size):
+            chunk_ids = order[start:start + batch_size]
+            chunk = [rows[i] for i in chunk_ids]
             batch = collate(chunk, vocab, variant=variant).to(device)
             if list(batch.ids) != [str(r["id"]) for r in chunk]:
                 raise RuntimeError("collate reordered or dropped evaluation rows; evaluation needs every row in order")
-            out.extend(list(p) for p in solver.solve(batch, beam_size=beam_size))
+            for i, p in zip(chunk_ids, solver.solve(batch, beam_size=beam_size)):
+                out[i] = list(p)
     finally:
         solver.train(was_training)
     return out
