@@ -23,13 +23,7 @@ VOCAB = Vocab.build([WORDS], constants=["1", "100"])
 SMALL = dict(embedding_size=16, hidden_size=32, heads=4, layers=1, dropout=0.1, beam_size=3, max_output_len=15)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and the 2 shared cores are busy with other workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def random_prefix(rng: random.Random, leaves: list[str], max_ops: int) -> list[str]:

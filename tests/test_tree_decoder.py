@@ -12,13 +12,7 @@ from hlgt.model.tree_decoder import TreeDecoder, tree_plan
 N_OPS = 5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and the 2 shared cores are busy with other workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def random_prefix(rng: random.Random, n_consts: int, n_nums: int, max_ops: int) -> list[int]:
