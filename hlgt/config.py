@@ -59,6 +59,7 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     epochs: int = 80
+    max_minutes: float = 0.0  # > 0: stop after the epoch that ends past this many minutes of this start
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 1e-5

@@ -12,7 +12,7 @@ import pytest
 
 from hlgt.config import Config, default_data_dir
 from hlgt.data import srl
-from hlgt.data.build import MANIFEST, build, load_manifest, load_rows, load_vocab, prepare, shards_path
+from hlgt.data.build import MANIFEST, build, load_manifest, load_rows, load_vocab, prepare, shards_path, use_shards
 from hlgt.data.graph import build_graph
 from hlgt.data.schema import from_row, graphs_equal
 from hlgt.data.splits import SAMPLE_DIR, SPLITS
@@ -160,6 +160,22 @@ def test_reading_shards_needs_no_ray(sample_shards):
             f"rows = load_rows({str(sample_shards)!r}, 'valid'); collate(rows, load_vocab({str(sample_shards)!r})); "
             "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
+    assert use_shards(SAMPLE, sample_shards) == sample_shards
+    with pytest.raises(ValueError, match="dataset"):
+        use_shards(SAMPLE.override({"data.dataset": "math23k"}), sample_shards)
+    with pytest.raises(ValueError, match="annotated by"):
+        use_shards(SAMPLE.override({"data.annotator": "ltp"}), sample_shards)
+    broken = tmp_path / "broken"
+    shutil.copytree(sample_shards, broken)
+    next((broken / "test").glob("*.parquet")).unlink()
+    with pytest.raises(FileNotFoundError, match="lacks shard"):
+        use_shards(SAMPLE, broken)
+    with pytest.raises(FileNotFoundError, match="manifest"):
+        use_shards(SAMPLE, tmp_path)
 
 
 def test_default_folder_and_cli(tmp_path, monkeypatch):

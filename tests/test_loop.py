@@ -96,6 +96,13 @@ def test_sweep_trials_leave_test_alone(shards, tmp_path):
     assert (tmp_path / "r" / "predictions_valid.jsonl").exists()
 
 
+def test_time_budget_stops_after_the_epoch_that_crosses_it(shards, tmp_path):
+    result = loop.train(tiny(**{"train.epochs": 5, "train.max_minutes": 1e-6}), shards, run_dir=tmp_path / "r")
+    assert [m[C.EPOCH] for m in result.history] == [1]
+    assert result.metrics[C.EPOCH] == 1 and C.TEST_VALUE_ACC in result.metrics
+    assert loop.read_checkpoint(tmp_path / "r" / "checkpoint")["finished"]
+
+
 def test_report_is_required(shards):
     with pytest.raises(ValueError, match="report"):
         loop.train(tiny(), shards)

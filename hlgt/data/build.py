@@ -561,6 +561,31 @@ def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> P
     return build(cfg, out=shards_path(cfg), actors=actors, address=address)
 
 
+def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
+    """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
+
+    Not checked against the raw files (they may be absent); checked against ``cfg``: same schema
+    version, dataset, fold and annotator, every listed shard present, a vocabulary.
+    """
+    out = Path(shards_dir)
+    manifest = load_manifest(out)
+    d = cfg.data
+    wanted = {"schema_version": SCHEMA_VERSION, "dataset": d.dataset, "fold": d.fold if d.dataset == "mawps" else None}
+    found = {k: manifest.get(k) for k in wanted}
+    if found != wanted:
+        raise ValueError(f"{out} holds {found}, this run needs {wanted}: build the shards for this run with "
+                         f"`python -m hlgt.data.build` or pass the matching --shards folder")
+    if manifest["annotator"]["option"] != d.annotator:
+        raise ValueError(f"{out} was annotated by {manifest['annotator']['option']!r}, this run asks for "
+                         f"data.annotator={d.annotator!r}")
+    missing = [f"{s}/{n}" for s, meta in manifest["splits"].items() for n in meta["shards"] if not (out / s / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{out} lacks shard file(s) {missing[:5]} listed in its manifest")
+    load_vocab(out)
+    print(f"[build] using prebuilt shards {out} (key {manifest['key']}; not checked against the raw data)", flush=True)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Benchmark: problems per second with 1, 2, ... actors in one Ray session.
 

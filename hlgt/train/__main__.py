@@ -2,7 +2,7 @@
 
     python -m hlgt.train --dataset mawps --fold 0 [--workers N] [--address ADDR] [--set key=value ...] [--no-ray]
 
-Builds (or reuses) the shards, then trains: with Ray installed and ``--workers >= 1`` through the
+Builds (or reuses) the shards (or takes a prebuilt folder as is: ``--shards DIR``), then trains: with Ray installed and ``--workers >= 1`` through the
 TorchTrainer of ``hlgt.train.launch`` (data-parallel workers, checkpoints in ``<storage>/<name>``),
 otherwise (``--no-ray``, or no Ray on this machine) the same loop in this process, checkpoints in
 ``<out_dir>/<name>``. Either way the run folder ends with ``best/`` (the model: ``python -m
@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
     p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
+    p.add_argument("--shards", default=None,
+                   help="a prebuilt shard folder to train on as is (no raw data or annotator needed)")
     p.add_argument("--arm", default="full", help="ablation arm (hlgt.config.ABLATIONS)")
     p.add_argument("--workers", type=int, default=None, help="Ray Train workers (default train.workers)")
     p.add_argument("--cpus-per-worker", type=float, default=None,
@@ -67,13 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg = make_config(args)
     name = args.name or run_name(cfg, args.arm)
 
-    from hlgt.data.build import ensure_shards
+    from hlgt.data.build import ensure_shards, use_shards
     from hlgt.train import launch
 
     use_ray = not args.no_ray and cfg.train.workers >= 1 and launch.ray_available()
     if not args.no_ray and not launch.ray_available():
         print("[train] Ray is not installed: training in this process", flush=True)
-    shards = ensure_shards(cfg, address=args.address)
+    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg, address=args.address)
     print(f"[train] {name}: {cfg.data.dataset} shards {shards}; "
           f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
 

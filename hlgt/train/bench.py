@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="mawps")
     p.add_argument("--fold", type=int, default=0)
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
     p.add_argument("--arms", default="full,gts", help="arms to time (the last one named gts is the reference)")
     p.add_argument("--limit", type=int, default=1600, help="training problems timed")
     p.add_argument("--decode-limit", type=int, default=None, help="problems decoded (default: --limit)")
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
 
-    from hlgt.data.build import ensure_shards, load_rows, load_vocab
+    from hlgt.data.build import ensure_shards, load_rows, load_vocab, use_shards
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if arm not in ABLATIONS:
             raise SystemExit(f"unknown arm {arm!r}; choose from {list(ABLATIONS)}")
     cfg = Config.from_flat(base)
-    shards = ensure_shards(cfg)
+    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
     vocab = load_vocab(shards)
     rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None][: args.limit]
     if len(rows) < 2 * args.batch_size:

@@ -8,7 +8,8 @@ Per epoch: Adam(lr, weight_decay) steps over this worker's batches, StepLR halve
 rate every ``train.lr_step`` epochs, rank 0 evaluates on the whole validation split every
 ``train.eval_every`` epochs (and on the first and last) with beam ``model.beam_size``, keeps the
 best model by validation value accuracy (test is never looked at), and writes a checkpoint that
-every rank then reports. After the last epoch rank 0 evaluates the best model once on test and
+every rank then reports. ``train.max_minutes`` ends training early, after the epoch that crosses it
+(all ranks agree through the all-reduce), and the run finishes as after its last epoch. After the last epoch rank 0 evaluates the best model once on test and
 writes the predictions files and the Table-4 breakdown into the final checkpoint.
 
 Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
@@ -274,6 +275,7 @@ def train(
                              directory=wandb_dir or run_dir or tempfile.gettempdir())
     try:
         epochs = cfg.train.epochs
+        run_started = time.perf_counter()
         for epoch in range(state["epoch"] + 1, epochs + 1):
             started = time.perf_counter()
             model.train()
@@ -290,8 +292,12 @@ def train(
                                       out["com_loss"].item() * n, n], dtype=torch.float64)
             sched.step()
             elapsed = time.perf_counter() - started
+            # Time budget: every rank votes, so that all stop after the same epoch.
+            out_of_time = cfg.train.max_minutes > 0 and time.perf_counter() - run_started >= 60 * cfg.train.max_minutes
+            sums = torch.cat([sums, torch.tensor([float(out_of_time)], dtype=torch.float64)])
             if rt.all_reduce is not None:
                 sums = rt.all_reduce(sums)
+            out_of_time = bool(sums[4] > 0)
             if sums[3] == 0:
                 raise RuntimeError(f"epoch {epoch}: no training batches")
             loss = float(sums[0] / sums[3])
@@ -300,7 +306,8 @@ def train(
             metrics = {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
                        C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
                        C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9)}
-            evaluated = main and (epoch == 1 or epoch == epochs or epoch % max(cfg.train.eval_every, 1) == 0)
+            last = epoch == epochs or out_of_time
+            evaluated = main and (epoch == 1 or last or epoch % max(cfg.train.eval_every, 1) == 0)
             if evaluated:
                 report_, _ = evaluate_split("valid", solver)
                 if report_ is None:  # no validation split: the last epoch is the one kept
@@ -326,6 +333,9 @@ def train(
                     report(metrics, Path(tmp))
             else:
                 report(metrics, None)
+            if out_of_time and epoch < epochs:
+                log(f"train.max_minutes={cfg.train.max_minutes:g} reached after epoch {epoch}/{epochs}: stopping")
+                break
 
         # The best model, evaluated once on test (never used for selection).
         final: dict = {}
