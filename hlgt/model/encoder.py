@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch_geometric.nn import HGTConv, RGATConv
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.inits import glorot, zeros
@@ -40,6 +39,7 @@ from torch_geometric.utils import softmax
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
+from hlgt.model.gru import bigru
 from hlgt.model.hlgt_conv import HLGTConv, LineGraphConv, TypeGroups
 
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
@@ -89,15 +89,12 @@ class Encoder(nn.Module):
         B, T = tokens.shape
         if B == 0 or int(lengths.min()) < 1 or int(lengths.max()) > T:
             raise ValueError(f"lengths must lie in [1, {T}] for a non-empty batch, got {lengths.tolist()}")
-        H = self.hidden
         mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
-        out, h_n = _bigru(self.word_gru, emb, lengths, T)                         # [B, T, 2H], [4, B, H]
-        h_b = out[..., :H] + out[..., H:]                                         # [B, T, H]
+        h_b, h_n = bigru(self.word_gru, emb, lengths)                             # [B, T, H], [4, B, H]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=h_n[-2] + h_n[-1], mask=mask)
-        out, h_n = _bigru(self.seq_gru, self.dropout(h_b), lengths, T)            # [B, T, 2H], [2, B, H]
-        h_seq = out[..., :H] + out[..., H:]                                       # [B, T, H]
+        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths)              # [B, T, H], [2, B, H]
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
         h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
         return EncoderOutput(tokens=self.fuse(h_f), h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
@@ -116,14 +113,6 @@ class Encoder(nn.Module):
         summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T, H]
         h_str = torch.where(count > 0, summed / count.clamp(min=1), flat)         # [B*T, H]
         return h_str.view(B, T, H)
-
-
-def _bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, Tensor]:
-    """Packed bidirectional GRU: outputs [B, T, 2H] (zeros on padding) and final states [2*layers, B, H]."""
-    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-    out, h_n = gru(packed)
-    out, _ = pad_packed_sequence(out, batch_first=True, total_length=total)
-    return out, h_n
 
 
 def check_graph(batch: Batch) -> None:

@@ -1,0 +1,169 @@
+"""The bidirectional GRU of the encoder (eq. 2-3 and 6) on the CPU, with a hand-written backward.
+
+``bigru(gru, x, lengths)`` computes what ``nn.GRU(..., bidirectional=True, batch_first=True)``
+computes over a packed batch, with the module's own parameters (checkpoints are unchanged), and
+returns what the encoder uses of it: the sum of the two directions' outputs ``[B, T, H]`` (zeros
+on padding) and the final states ``[2 * layers, B, H]``.
+
+Why not ``nn.GRU`` on the CPU: over a packed batch it projects the inputs one time step at a time
+(small matrix products) and its autograd graph has one node per step and gate, whose backward
+materialises a full-size gradient of the packed input projection at every step and adds them up:
+about a quarter of a training step of the GTS arm went into those fills and adds. Here:
+
+* rows are sorted by length and packed time-major (as ``PackedSequence`` does), the reverse
+  direction packed from each sequence reversed within its length, so both directions share the
+  per-step batch sizes and advance together (one ``baddbmm`` per step for both);
+* the input projection of every token and both directions is one matrix product, before the loop;
+* ``_Recurrence`` is an ``autograd.Function``: its forward saves the gates, its backward runs
+  backpropagation through time over the packed steps and forms the hidden-weight gradient as one
+  matrix product over all steps at the end.
+
+On CUDA, cuDNN's fused GRU is faster than any Python loop: there ``nn.GRU`` itself runs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+def bigru(gru: nn.GRU, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """x [B, T, I], lengths [B] (1..T) -> forward + backward state per token [B, T, H] (zeros on
+    padding; GTS sums the two directions), final states h_n [2*layers, B, H]."""
+    if not (gru.bidirectional and gru.batch_first and gru.bias):
+        raise ValueError("bigru expects nn.GRU(..., bias=True, batch_first=True, bidirectional=True)")
+    B, T, _ = x.shape
+    H = gru.hidden_size
+    if x.is_cuda:
+        gru.flatten_parameters()  # a deep-copied module (the best model) loses cuDNN's flat weights
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, h_n = gru(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # [B, T, 2H]
+        return out[..., :H] + out[..., H:], h_n
+    plan = _Plan(lengths, T)
+    flat = x.reshape(B * T, -1)
+    # Layer input in packed order: [2, P, I], forward direction then reverse direction.
+    inp = torch.stack([flat.index_select(0, plan.fwd_src), flat.index_select(0, plan.rev_src)])   # [2, P, I]
+    finals = []
+    for layer in range(gru.num_layers):
+        w_ih, w_hh, b_ih, b_hh = (torch.stack([getattr(gru, f"{name}_l{layer}{sfx}") for sfx in ("", "_reverse")])
+                                  for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        gi = torch.baddbmm(b_ih.unsqueeze(1), inp, w_ih.transpose(1, 2))      # [2, P, 3H]
+        out, h_n = _Recurrence.apply(gi, w_hh, b_hh, plan.batch_sizes)        # [2, P, H], [2, B, H]
+        finals.append(h_n)
+        fwd, rev = out[0], out[1]                                             # [P, H] x 2
+        if layer + 1 < gru.num_layers:
+            # Next input per token: [its forward : its reverse state], dropped out once (as nn.GRU
+            # does: both directions see the same mask), then laid out in both packings.
+            nxt = torch.cat([fwd, rev.index_select(0, plan.rev_of_fwd)], -1)  # [P, 2H] forward packing
+            nxt = F.dropout(nxt, gru.dropout, gru.training) if gru.dropout > 0 else nxt
+            inp = torch.stack([nxt, nxt.index_select(0, plan.fwd_of_rev)])    # [2, P, 2H]
+    summed = fwd + rev.index_select(0, plan.rev_of_fwd)                       # [P, H] forward packing
+    padded = summed.new_zeros(B * T, H).index_copy(0, plan.fwd_src, summed)  # [B*T, H]
+    h_n = torch.cat(finals).index_select(1, plan.unsort)                      # [2*layers, B, H]
+    return padded.view(B, T, H), h_n
+
+
+class _Plan:
+    """Index bookkeeping of one batch: sort by length, pack time-major, reverse within length."""
+
+    def __init__(self, lengths: Tensor, T: int) -> None:
+        lengths = lengths.cpu().long()
+        if lengths.numel() == 0 or int(lengths.min()) < 1 or int(lengths.max()) > T:
+            raise ValueError(f"lengths must lie in [1, {T}], got {lengths.tolist()}")
+        sorted_len, order = torch.sort(lengths, descending=True, stable=True)
+        self.unsort = torch.empty_like(order).scatter_(0, order, torch.arange(len(order)))
+        steps = torch.arange(int(sorted_len[0]))
+        active = steps.unsqueeze(1) < sorted_len.unsqueeze(0)                 # [Tmax, B] time-major
+        self.batch_sizes = active.sum(1).tolist()
+        t, i = active.nonzero(as_tuple=True)                                  # packed order: by t, then i
+        row = order[i]                                                        # original batch row
+        self.fwd_src = row * T + t                                            # token (row, t)
+        self.rev_src = row * T + (sorted_len[i] - 1 - t)                      # token (row, len-1-t)
+        # The same token's position in the other packing: forward position of (row, s) is where
+        # fwd_src == row*T + s. Map token id -> packed position, then look the partner up.
+        pos = torch.full((len(lengths) * T,), -1, dtype=torch.long)
+        pos[self.fwd_src] = torch.arange(len(t))
+        self.rev_of_fwd = torch.empty_like(pos[: len(t)])
+        self.rev_of_fwd[pos[self.rev_src]] = torch.arange(len(t))             # fwd position -> rev position
+        self.fwd_of_rev = pos[self.rev_src]                                   # rev position -> fwd position
+
+
+class _Recurrence(torch.autograd.Function):
+    """GRU recurrence of both directions over packed steps (PyTorch's gate equations).
+
+    gi [2, P, 3H] input projections (bias included), w_hh [2, 3H, H], b_hh [2, 3H],
+    batch_sizes: rows per step (non-increasing) -> out [2, P, H], h_n [2, B, H] (sorted rows).
+    """
+
+    @staticmethod
+    def forward(ctx, gi: Tensor, w_hh: Tensor, b_hh: Tensor, batch_sizes: list[int]):
+        D, P, H3 = gi.shape
+        H = H3 // 3
+        B = batch_sizes[0]
+        h = gi.new_zeros(D, B, H)                                             # running state
+        out = gi.new_empty(D, P, H)
+        save = any(ctx.needs_input_grad[:3])
+        gates = gi.new_empty(D, P, 4 * H) if save else None                   # r, z, n, gh_n per token
+        w_t = w_hh.transpose(1, 2)                                            # [2, H, 3H]
+        bias = b_hh.unsqueeze(1)                                              # [2, 1, 3H]
+        o = 0
+        for n in batch_sizes:
+            h_prev = h[:, :n]                                                 # [2, n, H]
+            gh = torch.baddbmm(bias, h_prev, w_t)                             # [2, n, 3H]
+            g = gi[:, o:o + n]
+            rz = torch.sigmoid(g[..., : 2 * H] + gh[..., : 2 * H])            # [2, n, 2H]
+            r, z = rz[..., :H], rz[..., H:]
+            cand = torch.tanh(g[..., 2 * H:] + r * gh[..., 2 * H:])           # [2, n, H]
+            h_new = cand + z * (h_prev - cand)                                # (1-z)*n + z*h
+            out[:, o:o + n] = h_new
+            h[:, :n] = h_new
+            if save:
+                gates[:, o:o + n, : 2 * H] = rz
+                gates[:, o:o + n, 2 * H: 3 * H] = cand
+                gates[:, o:o + n, 3 * H:] = gh[..., 2 * H:]
+            o += n
+        if save:
+            ctx.save_for_backward(w_hh, out, gates)
+            ctx.batch_sizes = batch_sizes
+        return out, h
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor, grad_h: Tensor):
+        w_hh, out, gates = ctx.saved_tensors
+        batch_sizes = ctx.batch_sizes
+        D, P, H = out.shape
+        B = batch_sizes[0]
+        starts = [0]
+        for n in batch_sizes[:-1]:
+            starts.append(starts[-1] + n)
+        dh = grad_h.clone() if grad_h is not None else out.new_zeros(D, B, H)  # [2, B, H]
+        grad_out = grad_out if grad_out is not None else torch.zeros_like(out)
+        dgi = out.new_empty(D, P, 3 * H)                                      # d(input projection)
+        dgh = out.new_empty(D, P, 3 * H)                                      # d(hidden projection)
+        for step in range(len(batch_sizes) - 1, -1, -1):
+            n, o = batch_sizes[step], starts[step]
+            d = dh[:, :n] + grad_out[:, o:o + n]                              # [2, n, H]
+            rz, cand, ghn = (gates[:, o:o + n, : 2 * H], gates[:, o:o + n, 2 * H: 3 * H],
+                             gates[:, o:o + n, 3 * H:])
+            r, z = rz[..., :H], rz[..., H:]
+            h_prev = out[:, starts[step - 1]: starts[step - 1] + n] if step else out.new_zeros(D, n, H)
+            d_an = d * (1 - z) * (1 - cand * cand)                            # through tanh
+            d_az = d * (h_prev - cand) * z * (1 - z)                          # through sigmoid(z)
+            d_ar = d_an * ghn * r * (1 - r)                                   # through sigmoid(r)
+            dgi[:, o:o + n, :H] = d_ar
+            dgi[:, o:o + n, H: 2 * H] = d_az
+            dgi[:, o:o + n, 2 * H:] = d_an
+            dgh[:, o:o + n, : 2 * H] = dgi[:, o:o + n, : 2 * H]
+            dgh[:, o:o + n, 2 * H:] = d_an * r
+            dh[:, :n] = torch.baddbmm(d * z, dgh[:, o:o + n], w_hh)           # [2, n, H]
+        # Hidden-weight gradients over all steps at once: h_prev of every packed token.
+        first = batch_sizes[0]
+        prev = torch.cat([out.new_zeros(D, first, H),
+                          torch.cat([out[:, starts[s - 1]: starts[s - 1] + batch_sizes[s]]
+                                     for s in range(1, len(batch_sizes))], 1) if len(batch_sizes) > 1
+                          else out.new_zeros(D, 0, H)], 1)                    # [2, P, H]
+        grad_w = torch.bmm(dgh.transpose(1, 2), prev)                         # [2, 3H, H]
+        grad_b = dgh.sum(1)                                                   # [2, 3H]
+        return dgi, grad_w, grad_b, None
