@@ -257,7 +257,8 @@ class TreeDecoder(nn.Module):
         """TreeAttn: weights [n, T] of n (dropped-out) goals over their problems' memory tokens."""
         H = self.hidden_size
         # in place on the gathered copy: the biggest tensors of the decoder, allocated once
-        energy = keys[batch].add_(F.linear(goal, self.attn.weight[:, :H])[:, None, :]).tanh_()  # [n, T, H]
+        # (index_select, whose backward is an index_add, not an accumulating index_put)
+        energy = keys.index_select(0, batch).add_(F.linear(goal, self.attn.weight[:, :H])[:, None, :]).tanh_()  # [n, T, H]
         energy = self.attn_score(energy).squeeze(-1).masked_fill(~mask[batch], NEG)  # [n, T]
         return torch.softmax(energy, -1)
 
@@ -265,14 +266,14 @@ class TreeDecoder(nn.Module):
         """Logits [n, ops+C+Q] from [goal; context]: ops by a linear layer, the rest by Score."""
         H = self.hidden_size
         leaf = self.dropout(torch.cat([goal, context], -1))  # [n, 2H]
-        hidden = cand_keys[batch].add_(F.linear(leaf, self.score.weight[:, : 2 * H])[:, None, :]).tanh_()  # [n, O, H]
+        hidden = cand_keys.index_select(0, batch).add_(F.linear(leaf, self.score.weight[:, : 2 * H])[:, None, :]).tanh_()  # [n, O, H]
         num_score = self.score_out(hidden).squeeze(-1).masked_fill(~cand_valid[batch], NEG)  # [n, O]
         return torch.cat([self.ops(leaf), num_score], -1)
 
     def predict(self, goal, batch, memory, keys, mask, cand_keys, cand_valid):
         """Prediction for n nodes of problems ``batch``: (logits [n, ops+C+Q], context [n, H])."""
         weights = self.attend(self.dropout(goal), batch, keys, mask)  # [n, T]
-        context = torch.bmm(weights[:, None, :], memory[batch]).squeeze(1)  # [n, H]
+        context = torch.bmm(weights[:, None, :], memory.index_select(0, batch)).squeeze(1)  # [n, H]
         return self.outputs(goal, context, batch, cand_keys, cand_valid), context
 
     def child_nodes(self, goal, context, op_ids):
