@@ -60,7 +60,7 @@ class ModelConfig:
 class TrainConfig:
     epochs: int = 80
     max_minutes: float = 0.0  # > 0: stop after the epoch that ends past this many minutes of this start
-    batch_size: int = 64
+    batch_size: int = 64  # per worker: N Ray Train workers step on N x batch_size problems together
     lr: float = 1e-3
     weight_decay: float = 1e-5
     lr_step: int = 20  # halve the learning rate every lr_step epochs

@@ -132,24 +132,6 @@ def test_iter_batches_covers_every_row_once():
     assert [len(b) for b in iter_batches(rows, VOCAB, batch_size=3)] == [3, 1]
 
 
-def test_ray_collate_fn_on_numpy_columns_equals_collate():
-    pytest.importorskip("ray")
-    from hlgt.data.collate import ShardCollateFn
-    from ray.data.collate_fn import NumpyBatchCollateFn
-
-    rows, _ = make_rows()
-    table = rows_to_table(rows)
-    columns = {name: table[name].to_numpy(zero_copy_only=False) for name in table.column_names}
-    fn = ShardCollateFn(VOCAB.to_dict(), variant="parse")
-    assert isinstance(fn, NumpyBatchCollateFn)
-    got, want = fn(columns), collate(rows, VOCAB, variant="parse")
-    for name, value in vars(want).items():
-        if isinstance(value, torch.Tensor):
-            assert torch.equal(getattr(got, name), value), name
-        else:
-            assert getattr(got, name) == value, name
-
-
 def test_batch_moves_to_a_device():
     rows, _ = make_rows()
     b = collate(rows, VOCAB).to("cpu")

@@ -6,9 +6,9 @@ shards: the data is preprocessed once and every arm reads the same files. Tokens
 strings and mapped to ids here, so one shard set serves any vocabulary.
 
 Entry points: ``collate(rows, vocab, variant)`` for rows from ``hlgt.data.build.load_rows``;
-``iter_batches`` for the single-process loop; ``ShardCollateFn`` (a Ray ``NumpyBatchCollateFn``,
-imported only on request) for ``iter_torch_batches`` on Ray Train workers. All vectorised with
-numpy over the concatenated lists: no Python loop over nodes or edges.
+``iter_batches`` over in-memory rows, for the single-process loop and for each Ray Train worker's
+shard alike. All vectorised with numpy over the concatenated lists: no Python loop over nodes or
+edges.
 """
 from __future__ import annotations
 
@@ -178,47 +178,9 @@ def iter_batches(
     variant: str = "srl",
     max_quantities: int | None = None,
 ) -> Iterator[Batch]:
-    """Batches over in-memory rows, for the single-process loop (no Ray). The last may be short."""
+    """Batches over in-memory rows (shuffled by ``seed`` when asked). The last may be short."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     order = np.random.default_rng(seed).permutation(len(rows)) if shuffle else np.arange(len(rows))
     for start in range(0, len(rows), batch_size):
         yield collate([rows[i] for i in order[start : start + batch_size]], vocab, variant, max_quantities)
-
-
-def _numpy_columns_to_rows(batch: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
-    n = len(next(iter(batch.values()))) if batch else 0
-    return [{k: v[i] for k, v in batch.items()} for i in range(n)]
-
-
-def _make_shard_collate_fn() -> type:
-    from ray.data.collate_fn import NumpyBatchCollateFn
-
-    class ShardCollateFn(NumpyBatchCollateFn):
-        """``iter_torch_batches(collate_fn=ShardCollateFn(vocab, variant))``: numpy columns → ``Batch``.
-
-        The ``Batch`` is not a plain tensor batch, so Ray does not move it: call ``batch.to(device)``.
-        """
-
-        def __init__(self, vocab: Vocab | dict, variant: str = "srl", max_quantities: int | None = None):
-            super().__init__()
-            self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_dict(vocab)
-            _variant_parts(variant)  # fail at construction, not in a Ray thread
-            self.variant = variant
-            self.max_quantities = max_quantities
-
-        def __call__(self, batch: dict[str, np.ndarray]) -> Batch:
-            return collate(_numpy_columns_to_rows(batch), self.vocab, self.variant, self.max_quantities)
-
-    ShardCollateFn.__module__ = __name__
-    ShardCollateFn.__qualname__ = "ShardCollateFn"
-    return ShardCollateFn
-
-
-def __getattr__(name: str) -> Any:
-    # PEP 562: Ray is imported only by callers that ask for its collate class, so the
-    # single-process path (and a machine without Ray) can use this module.
-    if name == "ShardCollateFn":
-        cls = globals()["ShardCollateFn"] = _make_shard_collate_fn()
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -372,7 +372,8 @@ class TreeDecoder(nn.Module):
         per problem, so finished beams compete with live ones as in GTS. Choices that could not
         complete within ``max_len`` tokens (an operator when the open slots would not fit) and
         padded slots are masked, so every beam is always completable and every output parses.
-        Beam size 1 is greedy decoding. Call in eval mode (dropout off).
+        A problem stops early once a finished beam outscores all its live ones, which no longer
+        can catch up. Beam size 1 is greedy decoding. Call in eval mode (dropout off).
         """
         B, T, H = memory.shape
         K, n_ops, device = beam_size, self.n_ops, memory.device
@@ -461,6 +462,13 @@ class TreeDecoder(nn.Module):
                     op_top[rm] -= 1
                 op_left[r, op_top[r] - 1] = subs.add(tree)  # an open slot means an operator is still pending
             finished = finished | (emit & (goal_top == 0))
+            # Scores only fall as beams grow (log-probabilities <= 0): a problem whose best finished
+            # beam beats all its live ones is decided, and its live beams are dropped (the answer is
+            # the same; the loop just stops once every problem is decided).
+            by_problem = score.view(B, K)
+            done_best = torch.where(finished.view(B, K), by_problem, float("-inf")).amax(1)  # [B]
+            live_best = torch.where(finished.view(B, K), float("-inf"), by_problem).amax(1)  # [B]
+            score = torch.where(~finished & (done_best > live_best)[row_problem], float("-inf"), score)
 
         score = torch.where(finished, score, float("-inf")).view(B, K)
         best_score, best_beam = score.max(1)
