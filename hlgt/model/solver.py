@@ -74,6 +74,7 @@ class Solver(nn.Module):
             raise ValueError(f"problems {ids} have a gold token outside the outputs or the problem's quantities")
 
     @torch.no_grad()
+    @torch.no_grad()
     def solve(self, batch: Batch, beam_size: int | None = None) -> list[list[str]]:
         """Prefix tokens (ops, constants, "N0".."Nk") per problem; [] if no expression can be formed."""
         beam_size = self.cfg.beam_size if beam_size is None else beam_size
