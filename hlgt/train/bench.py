@@ -1,7 +1,7 @@
 """Benchmark: training and beam-search decoding speed of HLGT against the no-graph GTS arm.
 
     python -m hlgt.train.bench --dataset mawps --fold 0 --limit 1600
-    python -m hlgt.train.bench --dataset math23k --limit 1600 --device cuda
+    python -m hlgt.train.bench --dataset math23k --limit 1600 --device cuda --shards datasets/processed/math23k-offline
 
 Both arms in the same process, on the same problems (the first ``--limit`` training rows), with
 the same sizes (batch 64, embedding 128, hidden 512 by default): one timed training pass
