@@ -99,7 +99,6 @@ def available_splits(shards_dir: str | Path) -> list[str]:
 
 def worker_loop(config: dict) -> dict:
     """The per-worker function of the TorchTrainer: a ``Runtime`` from the Ray context, then the loop."""
-    import pyarrow as pa
     import ray.train
     import ray.train.torch
     import torch
@@ -115,23 +114,23 @@ def worker_loop(config: dict) -> dict:
     vocab = Vocab.from_dict(config["vocab"])
     shard_rows: list[dict] = []
 
+    def read_rows(split: str) -> list[dict]:
+        """This worker's Ray Data shard of ``split`` (the whole split when it is not split)."""
+        shard = ray.train.get_dataset_shard(split)
+        return [r for t in shard.iter_batches(batch_size=4096, batch_format="pyarrow") for r in t.to_pylist()]
+
     def train_batches(epoch: int):
         # Each worker reads its own shard through Ray Data once (DataConfig splits "train" only,
         # equal sizes, so every rank runs the same number of DDP steps) and keeps it: re-running
         # the read pipeline every epoch cost seconds of each worker's CPU per epoch, and a full
         # shuffle of the shard per epoch beats a local shuffle buffer.
         if not shard_rows:
-            shard = ray.train.get_dataset_shard("train")
-            for table in shard.iter_batches(batch_size=4096, batch_format="pyarrow"):
-                shard_rows.extend(table.to_pylist())
+            shard_rows.extend(read_rows("train"))
         return iter_batches(shard_rows, vocab, cfg.train.batch_size, shuffle=True,
                             seed=cfg.train.seed * 100_003 + epoch, variant=cfg.data.graph)
 
     def eval_rows(split: str) -> list[dict]:
-        if split not in config["splits"]:
-            return []
-        tables = list(ray.train.get_dataset_shard(split).iter_batches(batch_size=4096, batch_format="pyarrow"))
-        return pa.concat_tables(tables).to_pylist() if tables else []
+        return read_rows(split) if split in config["splits"] else []
 
     def all_reduce(t: torch.Tensor) -> torch.Tensor:
         if world == 1 or not dist.is_initialized():
