@@ -55,6 +55,13 @@ def _gated(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(value) * torch.sigmoid(gate)
 
 
+def _affine_of_tanh(sig2a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``weight . tanh(a) + bias`` from ``sigmoid(2a)`` [..., H], weight [1, H] -> [...]:
+    tanh(a) = 2 sigmoid(2a) - 1, so the affine map folds into the weights."""
+    shift = -weight.sum(-1) if bias is None else bias - weight.sum(-1)  # [1]
+    return F.linear(sig2a, 2 * weight, shift).squeeze(-1)
+
+
 @dataclass
 class TreeOutput:
     """Teacher-forced decoder output, one row per real target token (rows in level order)."""
@@ -234,9 +241,10 @@ class TreeDecoder(nn.Module):
         return _gated(self.goal_right(torch.cat([self.dropout(left_tree), self.dropout(node)], -1)))
 
     def memory_keys(self, memory: torch.Tensor) -> torch.Tensor:
-        """The memory's part of TreeAttn's layer, once per problem. [B, T, H] -> [B, T, H]"""
+        """The memory's part of TreeAttn's layer, once per problem, doubled (see ``attend``).
+        [B, T, H] -> [B, T, H]"""
         H = self.hidden_size
-        return F.linear(memory, self.attn.weight[:, H:], self.attn.bias)
+        return F.linear(memory, self.attn.weight[:, H:], self.attn.bias).mul_(2)
 
     def candidates(self, memory: torch.Tensor, num_pos: torch.Tensor, num_mask: torch.Tensor):
         """Embeddings of constants then the problem's numbers (eq. 7), zero on padded numbers.
@@ -249,25 +257,28 @@ class TreeDecoder(nn.Module):
         return torch.cat([consts, nums], 1), valid
 
     def candidate_keys(self, cands: torch.Tensor) -> torch.Tensor:
-        """The candidates' part of Score's layer. [B, O, H] -> [B, O, H]"""
+        """The candidates' part of Score's layer, doubled (see ``attend``). [B, O, H] -> [B, O, H]"""
         H = self.hidden_size
-        return F.linear(self.dropout(cands), self.score.weight[:, 2 * H :], self.score.bias)
+        return F.linear(self.dropout(cands), self.score.weight[:, 2 * H :], self.score.bias).mul_(2)
 
     def attend(self, goal, batch, keys, mask):
         """TreeAttn: weights [n, T] of n (dropped-out) goals over their problems' memory tokens."""
         H = self.hidden_size
-        # in place on the gathered copy: the biggest tensors of the decoder, allocated once
-        # (index_select, whose backward is an index_add, not an accumulating index_put)
-        energy = keys.index_select(0, batch).add_(F.linear(goal, self.attn.weight[:, :H])[:, None, :]).tanh_()  # [n, T, H]
-        energy = self.attn_score(energy).squeeze(-1).masked_fill(~mask[batch], NEG)  # [n, T]
-        return torch.softmax(energy, -1)
+        # GTS's v . tanh(a) + c is computed as (2v) . sigmoid(2a) + (c - sum(v)): the same function,
+        # since tanh(a) = 2 sigmoid(2a) - 1, but PyTorch's CPU sigmoid runs about 5x faster than its
+        # tanh, and this [n, T, H] elementwise op is the largest of decoding (keys hold 2a's memory
+        # part). In place on the gathered copy: the biggest tensors of the decoder, allocated once
+        # (index_select, whose backward is an index_add, not an accumulating index_put).
+        energy = keys.index_select(0, batch).add_(F.linear(goal, self.attn.weight[:, :H]).mul_(2)[:, None, :]).sigmoid_()  # [n, T, H]
+        energy = _affine_of_tanh(energy, self.attn_score.weight, self.attn_score.bias)  # [n, T]
+        return torch.softmax(energy.masked_fill(~mask[batch], NEG), -1)
 
     def outputs(self, goal, context, batch, cand_keys, cand_valid):
         """Logits [n, ops+C+Q] from [goal; context]: ops by a linear layer, the rest by Score."""
         H = self.hidden_size
         leaf = self.dropout(torch.cat([goal, context], -1))  # [n, 2H]
-        hidden = cand_keys.index_select(0, batch).add_(F.linear(leaf, self.score.weight[:, : 2 * H])[:, None, :]).tanh_()  # [n, O, H]
-        num_score = self.score_out(hidden).squeeze(-1).masked_fill(~cand_valid[batch], NEG)  # [n, O]
+        hidden = cand_keys.index_select(0, batch).add_(F.linear(leaf, self.score.weight[:, : 2 * H]).mul_(2)[:, None, :]).sigmoid_()  # [n, O, H]
+        num_score = _affine_of_tanh(hidden, self.score_out.weight, None).masked_fill(~cand_valid[batch], NEG)  # [n, O]
         return torch.cat([self.ops(leaf), num_score], -1)
 
     def predict(self, goal, batch, memory, keys, mask, cand_keys, cand_valid):
