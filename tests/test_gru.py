@@ -58,3 +58,19 @@ def test_bad_lengths_and_modules_are_refused():
         bigru(gru, torch.randn(2, 3, 3), torch.tensor([4, 1]))
     with pytest.raises(ValueError, match="bidirectional"):
         bigru(nn.GRU(3, 4, batch_first=True), torch.randn(2, 3, 3), torch.tensor([3, 1]))
+
+
+def test_bfloat16_products_stay_close_and_refuse_training():
+    torch.manual_seed(0)
+    gru = nn.GRU(16, 32, num_layers=2, bidirectional=True, batch_first=True).eval()
+    x, lengths = torch.randn(4, 9, 16), torch.tensor([9, 3, 6, 1])
+    with torch.no_grad():
+        ref_out, ref_h = reference(gru, x, lengths)
+        out, h_n = bigru(gru, x, lengths, low_precision=True)
+    assert out.dtype == h_n.dtype == torch.float32
+    assert not torch.equal(out, ref_out)  # the products did run in bfloat16
+    torch.testing.assert_close(out, ref_out, atol=3e-2, rtol=0)
+    torch.testing.assert_close(h_n, ref_h, atol=3e-2, rtol=0)
+    assert (out[1, 3:] == 0).all()
+    with pytest.raises(ValueError, match="inference"):
+        bigru(gru, x, lengths, low_precision=True)

@@ -155,7 +155,8 @@ def test_solve_returns_valid_prefixes(encoder):
     for seed in range(2):
         model = solver(seed, encoder=encoder)
         model.train()
-        for beam in (1, 3):
+        for beam, bf16 in ((1, False), (3, False), (3, True)):
+            model.cfg.bf16_inference = bf16
             out = model.solve(batch, beam_size=beam)
             assert model.training  # solve restores the mode
             assert len(out) == len(rows)

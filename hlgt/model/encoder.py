@@ -84,17 +84,18 @@ class Encoder(nn.Module):
             if module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
-    def forward(self, batch: Batch) -> EncoderOutput:
+    def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
+        """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
         tokens, lengths = batch.tokens, batch.lengths
         B, T = tokens.shape
         if B == 0 or int(lengths.min()) < 1 or int(lengths.max()) > T:
             raise ValueError(f"lengths must lie in [1, {T}] for a non-empty batch, got {lengths.tolist()}")
         mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
-        h_b, h_n = bigru(self.word_gru, emb, lengths)                             # [B, T, H], [4, B, H]
+        h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision)              # [B, T, H], [4, B, H]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=h_n[-2] + h_n[-1], mask=mask)
-        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths)              # [B, T, H], [2, B, H]
+        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision)  # [B, T, H], [2, B, H]
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
         h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
         return EncoderOutput(tokens=self.fuse(h_f), h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)

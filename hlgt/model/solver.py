@@ -12,7 +12,7 @@
   ``model.aux_task`` False there is no head and ``com_loss`` is 0.
 
 ``solve(batch)`` beam-searches (``model.beam_size``, ``model.max_output_len``) in eval mode and
-returns prefix tokens. ``save``/``load`` write and read a folder that rebuilds the model alone:
+returns prefix tokens (with ``model.bf16_inference``, the encoder's CPU GRUs multiply in bfloat16). ``save``/``load`` write and read a folder that rebuilds the model alone:
 ``config.json`` (the flat ``model.*`` keys plus the caller's extras), ``vocab.json`` and
 ``model.pt`` (a state_dict that ``torch.load(weights_only=True)`` reads). The model never moves
 itself to a device except through ``load``'s ``map_location``.
@@ -83,7 +83,7 @@ class Solver(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            enc = self.encoder(batch)
+            enc = self.encoder(batch, low_precision=self.cfg.bf16_inference)
             ids = self.decoder.beam_search(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
                                            beam_size=beam_size, max_len=self.cfg.max_output_len)
         finally:

@@ -3,10 +3,13 @@
     python -m hlgt.train.bench --dataset mawps --fold 0 --limit 1600
     python -m hlgt.train.bench --dataset math23k --limit 1600 --device cuda --shards datasets/processed/math23k-offline
 
-Both arms in the same process, on the same problems (the first ``--limit`` training rows), with
-the same sizes (batch 64, embedding 128, hidden 512 by default): one timed training pass
-(problems/s; the first batch is a warm-up, not timed) and one timed beam-``--beam`` decoding pass
-(problems/s). Prints a table with each arm's ratio to GTS. A measurement, not a test.
+Both arms in the same process, on the same problems, with the same sizes (batch 64, embedding
+128, hidden 512 by default): one timed training pass over the first ``--limit`` training rows
+(problems/s; the first batch is a warm-up, not timed), then one timed beam-``--beam`` decoding
+pass over the first ``--decode-limit`` validation rows, problems the model has not trained on
+(problems/s). ``--bf16`` times a second decoding pass with ``model.bf16_inference`` and counts
+the problems whose prediction differs from float32's. Prints a table with each arm's ratio to
+GTS. A measurement, not a test.
 """
 from __future__ import annotations
 
@@ -24,8 +27,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(cfg: Config, rows: list[dict], vocab, device: torch.device, decode_limit: int) -> dict:
-    """Training problems/s over ``rows`` and decoding problems/s over the first ``decode_limit``."""
+def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, device: torch.device,
+            bf16: bool = False) -> dict:
+    """Training problems/s over ``rows``, then decoding problems/s over ``decode_rows`` (float32,
+    and with ``bf16`` also bfloat16 GRU products, with the number of predictions that differ)."""
     from hlgt.data.collate import iter_batches
     from hlgt.model.solver import Solver
     from hlgt.train.evaluate import predict
@@ -49,18 +54,26 @@ def measure(cfg: Config, rows: list[dict], vocab, device: torch.device, decode_l
             timed += len(batch)
     _sync(device)
     train_s = time.perf_counter() - start
-    decode_rows = rows[:decode_limit]
-    predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
-            batch_size=cfg.train.batch_size, device=device)  # warm-up
-    _sync(device)
-    start = time.perf_counter()
-    predict(solver, decode_rows, vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
-            batch_size=cfg.train.batch_size, device=device)
-    _sync(device)
-    decode_s = time.perf_counter() - start
-    return {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
-            "decode_problems_per_s": len(decode_rows) / max(decode_s, 1e-9), "decode_problems": len(decode_rows),
-            "parameters": sum(p.numel() for p in solver.parameters())}
+
+    def decode() -> tuple[float, list[list[str]]]:
+        predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph,
+                beam_size=cfg.model.beam_size, batch_size=cfg.train.batch_size, device=device)  # warm-up
+        _sync(device)
+        start = time.perf_counter()
+        out = predict(solver, decode_rows, vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
+                      batch_size=cfg.train.batch_size, device=device)
+        _sync(device)
+        return len(decode_rows) / max(time.perf_counter() - start, 1e-9), out
+
+    result = {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
+              "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters())}
+    solver.cfg.bf16_inference = False
+    result["decode_problems_per_s"], fp32 = decode()
+    if bf16:
+        solver.cfg.bf16_inference = True
+        result["decode_bf16_problems_per_s"], low = decode()
+        result["decode_bf16_changed"] = sum(a != b for a, b in zip(fp32, low))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
     p.add_argument("--arms", default="full,gts", help="arms to time (the last one named gts is the reference)")
     p.add_argument("--limit", type=int, default=1600, help="training problems timed")
-    p.add_argument("--decode-limit", type=int, default=None, help="problems decoded (default: --limit)")
+    p.add_argument("--decode-limit", type=int, default=200, help="validation problems decoded")
+    p.add_argument("--bf16", action="store_true", help="also time decoding with bfloat16 GRU products")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--embedding", type=int, default=128)
     p.add_argument("--hidden", type=int, default=512)
@@ -98,24 +112,31 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None][: args.limit]
     if len(rows) < 2 * args.batch_size:
         raise SystemExit(f"only {len(rows)} training rows: need at least two batches to time")
+    decode_rows = load_rows(shards, "valid")[: args.decode_limit]
+    if not decode_rows:
+        raise SystemExit("no validation rows to decode")
     device = torch.device(args.device)
-    decode_limit = args.decode_limit or len(rows)
-    print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, batch {args.batch_size}, "
+    print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, "
+          f"{len(decode_rows)} validation problems decoded, batch {args.batch_size}, "
           f"embedding {args.embedding}, hidden {args.hidden}, beam {args.beam}, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
     results = {}
     for arm in arms:
-        results[arm] = measure(cfg.override(ABLATIONS[arm]), rows, vocab, device, decode_limit)
+        results[arm] = measure(cfg.override(ABLATIONS[arm]), rows, decode_rows, vocab, device, args.bf16)
         r = results[arm]
+        low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
+               f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s, "
-              f"decode {r['decode_problems_per_s']:.1f} problems/s, {r['parameters']:,} parameters", flush=True)
+              f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     ref = results.get("gts")
-    print("\n| arm | parameters | train problems/s | beam-%d decode problems/s | train × gts | decode × gts |" % args.beam)
-    print("|---|---:|---:|---:|---:|---:|")
+    extra = " bf16 decode problems/s | bf16 predictions changed |" if args.bf16 else ""
+    print(f"\n| arm | parameters | train problems/s | beam-{args.beam} decode problems/s | train × gts | decode × gts |{extra}")
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.bf16 else ""))
     for arm, r in results.items():
         ratio = (lambda k: f"{r[k] / ref[k]:.2f}") if ref else (lambda k: "n/a")
+        low = f" {r['decode_bf16_problems_per_s']:.1f} | {r['decode_bf16_changed']} |" if args.bf16 else ""
         print(f"| {arm} | {r['parameters']:,} | {r['train_problems_per_s']:.1f} | {r['decode_problems_per_s']:.1f} "
-              f"| {ratio('train_problems_per_s')} | {ratio('decode_problems_per_s')} |")
+              f"| {ratio('train_problems_per_s')} | {ratio('decode_problems_per_s')} |{low}")
     return 0
 
 
