@@ -57,3 +57,20 @@ def test_cli_prints_equation_and_answer(model_dir, capsys):
 def test_cli_needs_a_model_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="best/ folder"):
         solve_text(tmp_path, EN)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_evaluate_cli_scores_a_split_from_the_model_folder(model_dir, tmp_path, capsys, bf16):
+    from hlgt.data.build import load_rows, shards_path
+    from hlgt.train.evaluate import main as evaluate_main, read_predictions
+
+    assert evaluate_main(["--model", str(model_dir), "--split", "test", "--out", str(tmp_path)]
+                         + (["--bf16"] if bf16 else [])) == 0
+    out = capsys.readouterr().out
+    predictions = read_predictions(tmp_path / "predictions_test.jsonl")
+    flat = __import__("json").loads((model_dir / "run_config.json").read_text())["config"]
+    test_rows = load_rows(shards_path(Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})), "test")
+    assert [p["id"] for p in predictions] == [str(r["id"]) for r in test_rows]
+    value_acc = sum(p["value_correct"] for p in predictions) / len(predictions)
+    assert f"value accuracy {100 * value_acc:.1f}%" in out and ("bfloat16" in out) == bf16
+    assert (tmp_path / "numbers_test.md").is_file()

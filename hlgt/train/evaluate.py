@@ -14,12 +14,20 @@ the problem text, each with its share of the split and its accuracy.
 
 ``predict`` runs a trained ``Solver`` over shard rows in order (no Ray, no W&B: the caller passes
 the device); everything else here is plain Python on rows and token lists.
+
+A trained model on one split of its own dataset (shards built or reused from its run config, or a
+prebuilt ``--shards`` folder), printing both accuracies, Table 4 and the decoding speed:
+
+    python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
+import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -224,3 +232,54 @@ def write_report(directory: str | Path, split: str, report: Report, scored: Sequ
     table.write_text(table4_csv(report), encoding="utf-8")
     return {"predictions": write_predictions(directory / f"predictions_{split}.jsonl", scored),
             "table_md": md, "table_csv": table}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hlgt.train.evaluate",
+                                description="Evaluate a trained model on one split of its dataset.")
+    p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--shards", default=None, help="a prebuilt shard folder (default: built or reused from the run config)")
+    p.add_argument("--data-dir", default=None, help="benchmark files (default: the run config's)")
+    p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 GRU products while decoding (model.bf16_inference)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
+    args = p.parse_args(argv)
+
+    from hlgt.config import Config
+    from hlgt.data.build import ensure_shards, load_rows, use_shards
+    from hlgt.solve import load_model
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    solver, flat = load_model(str(Path(args.model).resolve()))
+    cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
+    if args.data_dir:
+        cfg = cfg.override({"data.data_dir": args.data_dir})
+    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
+    rows = load_rows(shards, args.split)
+    if not rows:
+        raise SystemExit(f"{shards} has no {args.split} rows")
+    solver = solver.to(args.device)
+    solver.cfg.bf16_inference = args.bf16
+    started = time.perf_counter()
+    report, scored = evaluate(solver, rows, solver.vocab, variant=cfg.data.graph,
+                              beam_size=args.beam_size or solver.cfg.beam_size, batch_size=args.batch_size,
+                              device=args.device)
+    seconds = time.perf_counter() - started
+    print(f"[evaluate] {args.model} on {cfg.data.dataset} {args.split} ({report.n} problems, "
+          f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
+          f"{100 * report.value_acc:.1f}%, equation accuracy {100 * report.equation_acc:.1f}%, "
+          f"{report.n / max(seconds, 1e-9):.1f} problems/s")
+    print(table4_markdown(report, title=f"{args.split}: accuracy by number of numbers"))
+    if args.out:
+        paths = write_report(args.out, args.split, report, scored)
+        print(f"[evaluate] wrote {paths['predictions']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
