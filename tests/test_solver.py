@@ -227,3 +227,21 @@ def test_overfits_32_problems(encoder):
         if out["tree_loss"].item() < 1e-3:
             break
     assert accuracy(model, rows) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("kw", [{}, {"encoder": "none"}, {"node_type": False}, {"line_graph": False},
+                                {"aux_task": False}])
+@pytest.mark.parametrize("max_ops", [0, 1, 3])
+def test_every_parameter_gets_a_gradient(kw, max_ops):
+    """What lets data-parallel training skip DDP's search for unused parameters: also a batch
+    without any operator (no GenerateNode, no right goal) or without nested ones (no Merge)."""
+    model = solver(**kw)
+    assert model.uses_every_parameter
+    batch = collate(make_rows(3, 7, max_ops=max_ops), VOCAB)
+    out = model(batch)
+    out["loss"].backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+    model.eval()  # no dropout: the same loss with the tie (autograd on) and without it (off)
+    with torch.no_grad():
+        untied = model(batch)["loss"]
+    torch.testing.assert_close(model(batch)["loss"].detach(), untied)

@@ -47,6 +47,10 @@ class Solver(nn.Module):
         self.decoder = TreeDecoder(H, cfg.embedding_size, vocab.n_ops, len(vocab.constants), cfg.dropout)
         fused = H if cfg.encoder == "none" else 2 * H  # width of h_f (eq. 6); h_b for the GTS arm
         self.comparison = Comparison(fused, H) if cfg.aux_task else None
+        # Every parameter gets a gradient from every training batch (the decoder ties its idle
+        # layers in), except in PyG's HGTConv / RGATConv, whose per-type weights a batch without
+        # that node or edge type leaves out: data parallelism must then look for unused ones.
+        self.uses_every_parameter = cfg.encoder in ("hlgt", "none")
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         self._check_targets(batch)

@@ -139,12 +139,18 @@ def worker_loop(config: dict) -> dict:
         dist.all_reduce(moved)
         return moved.cpu()
 
+    def gather(obj) -> list:
+        if world == 1 or not dist.is_initialized():
+            return [obj]
+        out: list = [None] * world
+        dist.all_gather_object(out, obj)
+        return out
+
     def wrap(model):
-        # find_unused_parameters: a batch can leave parameters idle (the tree decoder's Merge when
-        # no left subtree is an operator, HGTConv's weights of absent node types, a head an arm
-        # switches off). Gradients as views of the all-reduce buckets save two copies of every
-        # gradient per step.
-        kwargs = {"find_unused_parameters": True, "gradient_as_bucket_view": True}
+        # find_unused_parameters only where a batch can leave parameters idle (HGTConv's and
+        # RGATConv's weights of absent types): the search walks the autograd graph every step.
+        # Gradients as views of the all-reduce buckets save two copies of every gradient per step.
+        kwargs = {"find_unused_parameters": not model.uses_every_parameter, "gradient_as_bucket_view": True}
         return ray.train.torch.prepare_model(model, parallel_strategy_kwargs=kwargs)
 
     def report(metrics: dict, checkpoint_dir: Path | None) -> None:
@@ -153,7 +159,7 @@ def worker_loop(config: dict) -> dict:
 
     # Ray Train tees print() to stdout and its logger (doubling every line); log through logging.
     runtime = loop.Runtime(rank=rank, world_size=world, device=device, wrap_model=wrap,
-                           train_batches=train_batches, eval_rows=eval_rows, all_reduce=all_reduce,
+                           train_batches=train_batches, eval_rows=eval_rows, all_reduce=all_reduce, gather=gather,
                            log=logging.getLogger("hlgt.train").info)
     kwargs = dict(report=report, runtime=runtime, vocab=vocab, run_name=config["run_name"],
                   group=config.get("group"), wandb_dir=config.get("wandb_dir"), wandb_mode=config.get("wandb_mode"),

@@ -5,9 +5,10 @@ the training batches and evaluation rows come from) and the ``report`` callback 
 local folder in one process; ``ray.train.report`` under Ray); nothing here imports Ray.
 
 Per epoch: Adam(lr, weight_decay) steps over this worker's batches, StepLR halves the learning
-rate every ``train.lr_step`` epochs, rank 0 evaluates on the whole validation split every
-``train.eval_every`` epochs (and on the first and last) with beam ``model.beam_size``, keeps the
-best model by validation value accuracy (test is never looked at), and writes a checkpoint that
+rate every ``train.lr_step`` epochs, the whole validation split is evaluated every
+``train.eval_every`` epochs (and on the first and last) with beam ``model.beam_size`` (each rank
+decodes every world_size-th problem, rank 0 gathers and scores them all: a problem's prediction
+does not depend on which rank or batch decodes it), rank 0 keeps the best model by validation value accuracy (test is never looked at), and writes a checkpoint that
 every rank then reports. ``train.max_minutes`` ends training early, after the epoch that crosses it
 (all ranks agree through the all-reduce), and the run finishes as after its last epoch. After the last epoch rank 0 evaluates the best model once on test and
 writes the predictions files and the Table-4 breakdown into the final checkpoint.
@@ -73,10 +74,12 @@ class Runtime:
     wrap_model: Callable[[nn.Module], nn.Module] | None = None
     # epoch → this worker's training batches; None: every training row, shuffled in process.
     train_batches: Callable[[int], Iterable[Any]] | None = None
-    # split → all rows of that split (rank 0 only); None: hlgt.data.build.load_rows.
+    # split → all rows of that split (every rank); None: hlgt.data.build.load_rows.
     eval_rows: Callable[[str], list[dict]] | None = None
     # sum a tensor over workers (None: one worker)
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # every worker's object, in rank order (None: one worker)
+    gather: Callable[[Any], list[Any]] | None = None
     log: Callable[[str], None] = print
 
 
@@ -270,6 +273,22 @@ def train(
         return E.evaluate(net, split_rows, vocab, variant=variant, beam_size=cfg.model.beam_size,
                           batch_size=cfg.train.batch_size, device=rt.device)
 
+    def validate(net: nn.Module):
+        """Validation report on rank 0 (None elsewhere, or without a validation split): every rank
+        decodes its slice, so that no rank idles while another validates."""
+        if rt.world_size == 1 or rt.gather is None:
+            return evaluate_split("valid", net)[0]
+        split_rows = rows("valid")
+        mine = E.predict(net, split_rows[rt.rank::rt.world_size], vocab, variant=variant,
+                         beam_size=cfg.model.beam_size, batch_size=cfg.train.batch_size, device=rt.device)
+        parts = rt.gather(mine)
+        if not main or not split_rows:
+            return None
+        predictions: list = [None] * len(split_rows)
+        for r, part in enumerate(parts):
+            predictions[r::rt.world_size] = part
+        return E.summarise([E.score(row, p) for row, p in zip(split_rows, predictions)])
+
     tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
                              name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
                              directory=wandb_dir or run_dir or tempfile.gettempdir())
@@ -307,9 +326,10 @@ def train(
                        C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
                        C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9)}
             last = epoch == epochs or out_of_time
-            evaluated = main and (epoch == 1 or last or epoch % max(cfg.train.eval_every, 1) == 0)
+            evaluating = epoch == 1 or last or epoch % max(cfg.train.eval_every, 1) == 0  # the same on every rank
+            report_ = validate(solver) if evaluating else None
+            evaluated = main and evaluating
             if evaluated:
-                report_, _ = evaluate_split("valid", solver)
                 if report_ is None:  # no validation split: the last epoch is the one kept
                     state["last_val"] = {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0}
                     improved = True
