@@ -30,6 +30,9 @@ What differs from GTS is only how the work is batched:
   skips the merges nobody reads. Unlike GTS, choices that cannot complete within
   ``max_output_len`` are masked, so the best beam is always a finished, well-formed expression
   (GTS returns an unfinished one when it hits the length limit).
+* TreeAttn's and Score's ``v . tanh(a) + c`` over every (node, token) and (node, candidate) pair
+  is computed as ``2v . sigmoid(2a) + (c - sum(v))``: the same function up to float rounding, and
+  PyTorch's CPU sigmoid runs about 5x faster than its tanh on these, decoding's largest tensors.
 * Dropout is GTS's, placed where GTS places it, with one exception: GTS draws a new dropout mask
   on the candidate embeddings at every decoding step; here one mask is drawn per problem per
   forward pass, which is what lets their projection be computed once.
