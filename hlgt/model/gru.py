@@ -123,7 +123,7 @@ class _Recurrence(torch.autograd.Function):
         out = gi.new_empty(D, P, H)
         save = any(ctx.needs_input_grad[:3])
         gates = gi.new_empty(D, P, 4 * H) if save else None                   # r, z, n, gh_n per token
-        w_t = w_hh.transpose(1, 2) if low is None else w_hh.transpose(1, 2).to(low)  # [2, H, 3H]
+        w_t = w_hh.transpose(1, 2).to(low or w_hh.dtype)                     # [2, H, 3H], cast once
         bias = b_hh.unsqueeze(1)                                              # [2, 1, 3H]
         o = 0
         for n in batch_sizes:

@@ -12,7 +12,8 @@
   ``model.aux_task`` False there is no head and ``com_loss`` is 0.
 
 ``solve(batch)`` beam-searches (``model.beam_size``, ``model.max_output_len``) in eval mode and
-returns prefix tokens (with ``model.bf16_inference``, the encoder's CPU GRUs multiply in bfloat16). ``save``/``load`` write and read a folder that rebuilds the model alone:
+returns prefix tokens (with ``model.bf16_inference``, the encoder's CPU GRUs multiply in
+bfloat16). ``save``/``load`` write and read a folder that rebuilds the model alone:
 ``config.json`` (the flat ``model.*`` keys plus the caller's extras), ``vocab.json`` and
 ``model.pt`` (a state_dict that ``torch.load(weights_only=True)`` reads). The model never moves
 itself to a device except through ``load``'s ``map_location``.
@@ -77,7 +78,6 @@ class Solver(nn.Module):
             ids = [batch.ids[i] for i in bad.nonzero().squeeze(1).tolist()]
             raise ValueError(f"problems {ids} have a gold token outside the outputs or the problem's quantities")
 
-    @torch.no_grad()
     @torch.no_grad()
     def solve(self, batch: Batch, beam_size: int | None = None) -> list[list[str]]:
         """Prefix tokens (ops, constants, "N0".."Nk") per problem; [] if no expression can be formed."""

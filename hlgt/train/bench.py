@@ -6,11 +6,11 @@
 Both arms in the same process, on the same problems, with the same sizes (batch 64, embedding
 128, hidden 512 by default): one timed training pass over the first ``--limit`` training rows
 (problems/s; the first batch is a warm-up, not timed), then one timed beam-``--beam`` decoding
-pass over the next ``--decode-limit`` training rows, problems the model has not trained on, as the
-GTS reference's own timing does (topped up from the validation split when the training split is
-too small) (problems/s). ``--bf16`` times a second decoding pass with ``model.bf16_inference`` and counts
-the problems whose prediction differs from float32's. Prints a table with each arm's ratio to
-GTS. A measurement, not a test.
+pass over the next ``--decode-limit`` training rows, problems the model has not trained on, as
+the GTS reference's own timing does (topped up from the validation split when the training split
+is too small) (problems/s). ``--bf16`` times a second decoding pass with ``model.bf16_inference``
+and counts the problems whose prediction differs from float32's. Prints a table with each arm's
+ratio to GTS. A measurement, not a test.
 """
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"only {len(rows)} training rows: need at least two batches to time")
     decode_rows = train_rows[args.limit: args.limit + args.decode_limit]
     held_out = len(decode_rows)
-    decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
+    if held_out < args.decode_limit:
+        decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
     if not decode_rows:
         raise SystemExit("no held-out rows to decode")
     device = torch.device(args.device)

@@ -182,6 +182,14 @@ def evaluate(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, 
     """Predict and score every row: the one evaluation used for validation, test and benchmarks."""
     predictions = predict(solver, rows, vocab, variant=variant, beam_size=beam_size,
                           batch_size=batch_size, device=device)
+    return score_predictions(rows, predictions)
+
+
+def score_predictions(rows: Sequence[Mapping[str, Any]],
+                      predictions: Sequence[Sequence[str]]) -> tuple[Report, list[Scored]]:
+    """Score predictions made elsewhere (e.g. gathered from several workers), in row order."""
+    if len(predictions) != len(rows):
+        raise ValueError(f"{len(predictions)} predictions for {len(rows)} rows")
     scored = [score(row, p) for row, p in zip(rows, predictions)]
     return summarise(scored), scored
 

@@ -8,8 +8,8 @@ Per epoch: Adam(lr, weight_decay) steps over this worker's batches, StepLR halve
 rate every ``train.lr_step`` epochs, the whole validation split is evaluated every
 ``train.eval_every`` epochs (and on the first and last) with beam ``model.beam_size`` (each rank
 decodes every world_size-th problem, rank 0 gathers and scores them all: a problem's prediction
-does not depend on which rank or batch decodes it), rank 0 keeps the best model by validation value accuracy (test is never looked at), and writes a checkpoint that
-every rank then reports. ``train.max_minutes`` ends training early, after the epoch that crosses it
+does not depend on which rank or batch decodes it), rank 0 keeps the best model by validation
+value accuracy (test is never looked at) and writes a checkpoint that every rank then reports. ``train.max_minutes`` ends training early, after the epoch that crosses it
 (all ranks agree through the all-reduce), and the run finishes as after its last epoch. After the last epoch rank 0 evaluates the best model once on test and
 writes the predictions files and the Table-4 breakdown into the final checkpoint.
 
@@ -287,7 +287,7 @@ def train(
         predictions: list = [None] * len(split_rows)
         for r, part in enumerate(parts):
             predictions[r::rt.world_size] = part
-        return E.summarise([E.score(row, p) for row, p in zip(split_rows, predictions)])
+        return E.score_predictions(split_rows, predictions)[0]
 
     tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
                              name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
