@@ -32,6 +32,7 @@ class DataConfig:
     dataset: str = "sample"  # sample | math23k | mawps | ape210k
     data_dir: str = field(default_factory=default_data_dir)
     fold: int = 0  # MAWPS cross-validation fold (0..4)
+    mawps_folds: str = "grouped"  # grouped (no text in two folds) | graph2tree (the literature's file-order folds)
     annotator: str = "offline"  # offline | ltp | hanlp
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
     shards_dir: str = field(default_factory=lambda: storage_path("datasets", "processed"))

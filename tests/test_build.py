@@ -178,11 +178,32 @@ def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, mon
         use_shards(SAMPLE, tmp_path)
 
 
+def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme(sample_shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
+    mawps = Config.from_flat({"data.dataset": "mawps", "data.fold": 2})
+    fake = tmp_path / "mawps-fold2"
+    shutil.copytree(sample_shards, fake)
+    manifest = json.loads((fake / MANIFEST).read_text())
+    manifest.update(dataset="mawps", fold=2)
+    manifest.pop("mawps_folds")  # written before fold schemes existed: the grouped folds
+    (fake / MANIFEST).write_text(json.dumps(manifest))
+    assert use_shards(mawps, fake) == fake
+    with pytest.raises(ValueError, match="mawps_folds"):
+        use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake)
+    manifest["mawps_folds"] = "graph2tree"
+    (fake / MANIFEST).write_text(json.dumps(manifest))
+    assert use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake) == fake
+    with pytest.raises(ValueError, match="mawps_folds"):
+        use_shards(mawps, fake)
+
+
 def test_default_folder_and_cli(tmp_path, monkeypatch):
     from hlgt.data.build import main
 
     cfg = Config.from_flat({"data.dataset": "mawps", "data.fold": 3, "data.annotator": "ltp"})
     assert shards_path(cfg) == Path("datasets/processed/mawps-fold3-ltp")
+    assert shards_path(cfg.override({"data.mawps_folds": "graph2tree"})) == Path(
+        "datasets/processed/mawps-graph2tree-fold3-ltp")
     monkeypatch.chdir(tmp_path)
     assert main(["--dataset", "sample", "--split", "valid", "--no-ray", "--shards-dir", "p"]) == 0
     assert (tmp_path / "p" / "sample-offline" / MANIFEST).is_file()

@@ -8,6 +8,7 @@ from hlgt.data.clean import clean_split, learn_constants
 from hlgt.data.numbers import to_example
 from hlgt.data.problems import Problem
 from hlgt.data.splits import (
+    MAWPS_FOLD_FILES,
     MAWPS_FOLDS_FILE,
     SAMPLE_DIR,
     load_clean,
@@ -165,13 +166,39 @@ def test_mawps_folds_are_seeded_disjoint_and_keep_duplicates_together():
         make_mawps_folds(problems + problems[:1])
 
 
-def test_committed_mawps_folds_partition_the_ids():
-    spec = json.loads(MAWPS_FOLDS_FILE.read_text(encoding="utf-8"))
-    assert spec["problems"] == 2373 and spec["n_folds"] == 5
+def test_graph2tree_folds_are_file_order_chunks_and_valid_shares_no_text_with_train(tmp_path):
+    problems = _problems(200)
+    problems += [Problem(id=str(200 + n), lang="en", tokens=problems[i].tokens, equation="x=1", answer="1",
+                         source="t") for n, i in enumerate((3, 50, 90))]  # texts repeated far apart
+    spec = make_mawps_folds(problems, n_folds=5, seed=3, scheme="graph2tree")
+    assert spec["scheme"] == "graph2tree" and make_mawps_folds(problems)["scheme"] == "grouped"
+    ids = [p.id for p in problems]
+    assert spec["folds"] == [ids[0:40], ids[40:80], ids[80:120], ids[120:160], ids[160:]]  # Graph2Tree's cut
+    text = {p.id: p.tokens for p in problems}
+    path = tmp_path / "folds.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    straddle = 0
+    for k in range(5):
+        s = mawps_fold_ids(k, ids, path=path)
+        assert not set(s["valid"]) & set(s["test"]) and not set(s["valid"]) & set(s["train"])
+        assert not {text[i] for i in s["valid"]} & {text[i] for i in s["train"]}
+        straddle += len({text[i] for i in s["test"]} & {text[i] for i in s["train"] + s["valid"]})
+        assert abs(len(s["valid"]) - 0.1 * (203 - len(s["test"]))) <= 2
+    assert straddle > 0  # unlike the grouped scheme, a text may sit in train and in test
+    with pytest.raises(ValueError, match="fold scheme"):
+        make_mawps_folds(problems, scheme="random")
+    with pytest.raises(ValueError, match="fold scheme"):
+        read_split("mawps", "test", REAL, 0, mawps_folds="random")
+
+
+@pytest.mark.parametrize("scheme", list(MAWPS_FOLD_FILES))
+def test_committed_mawps_folds_partition_the_ids(scheme):
+    spec = json.loads(MAWPS_FOLD_FILES[scheme].read_text(encoding="utf-8"))
+    assert spec["problems"] == 2373 and spec["n_folds"] == 5 and spec["scheme"] == scheme
     all_ids = [i for f in spec["folds"] for i in f]
     assert len(all_ids) == len(set(all_ids)) == 2373
     for k in range(5):
-        s = mawps_fold_ids(k)
+        s = mawps_fold_ids(k, path=MAWPS_FOLD_FILES[scheme])
         assert set(s["test"]) == set(spec["folds"][k])
         assert not set(s["train"]) & set(s["valid"]) and not set(s["train"]) & set(s["test"])
         assert not set(s["valid"]) & set(s["test"])
@@ -207,3 +234,17 @@ def test_real_mawps_folds_keep_every_test_problem():
         assert len(result["test"].examples) == len(reads["test"].problems)
         assert len(result["valid"].examples) == len(reads["valid"].problems)
         assert len(result["train"].examples) >= 0.96 * len(reads["train"].problems)
+
+
+@realdata
+@pytest.mark.realdata
+@pytest.mark.parametrize("scheme,seen", [("grouped", [0] * 5), ("graph2tree", [74, 75, 71, 73, 58])])
+def test_real_mawps_test_texts_seen_in_training(scheme, seen):
+    """How many test problems of each fold have their text among the fold's train + valid problems."""
+    counts = []
+    for fold in range(5):
+        reads = {s: read_split("mawps", s, REAL, fold, scheme).problems for s in ("train", "valid", "test")}
+        assert sum(map(len, reads.values())) == 2373
+        trained = {" ".join(p.tokens).casefold() for p in reads["train"] + reads["valid"]}
+        counts.append(sum(" ".join(p.tokens).casefold() in trained for p in reads["test"]))
+    assert counts == seen

@@ -106,3 +106,17 @@ def test_time_budget_stops_after_the_epoch_that_crosses_it(shards, tmp_path):
 def test_report_is_required(shards):
     with pytest.raises(ValueError, match="report"):
         loop.train(tiny(), shards)
+
+
+def test_train_command_config_and_run_name():
+    from hlgt.train.__main__ import build_parser, make_config, run_name
+
+    args = build_parser().parse_args(["--dataset", "mawps", "--fold", "2", "--arm", "gts", "--set", "train.seed=4"])
+    cfg = make_config(args)
+    assert (cfg.data.mawps_folds, cfg.model.encoder, cfg.train.lr_step) == ("grouped", "none", 10)
+    assert run_name(cfg, "gts") == "mawps-fold2-gts-seed4"
+    args = build_parser().parse_args(["--dataset", "mawps", "--mawps-folds", "graph2tree"])
+    assert run_name(make_config(args), "full") == "mawps-graph2tree-fold0-full-seed1"
+    assert run_name(tiny(), "full") == "sample-full-seed1"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--mawps-folds", "random"])

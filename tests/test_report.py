@@ -55,3 +55,12 @@ def test_report_on_real_math23k(capsys):
     assert _row(out, "train")[1:5] == ["21162", "0", "21162", "21152"]
     assert _row(out, "valid")[1:5] == ["1000", "0", "1000", "1000"]
     assert _row(out, "test")[1:5] == ["1000", "0", "1000", "1000"]
+
+
+@realdata
+@pytest.mark.realdata
+@pytest.mark.parametrize("scheme,seen", [("grouped", "0"), ("graph2tree", "74")])
+def test_report_on_real_mawps_counts_test_texts_seen_in_training(capsys, scheme, seen):
+    assert main(["--data-dir", str(REAL), "--dataset", "mawps", "--fold", "0", "--mawps-folds", scheme]) == 0
+    out = capsys.readouterr().out
+    assert f"text is in train or valid ({scheme} folds): {seen}\n" in out

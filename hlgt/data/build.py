@@ -54,7 +54,7 @@ from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
 from hlgt.data.numbers import Example
 from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERSION, check_schema, example_from_row,
                               example_to_row, graph_to_row)
-from hlgt.data.splits import MAWPS_FOLDS_FILE, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
+from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
 from hlgt.data.vocab import NUM, Vocab
 
 MANIFEST = "manifest.json"
@@ -274,10 +274,15 @@ def _display(path: Path, data_dir: str) -> str:
 
 
 def shards_path(cfg: Config) -> Path:
-    """``<data.shards_dir>/<dataset>[-fold<k>]-<annotator>``."""
+    """``<data.shards_dir>/<dataset>[-graph2tree][-fold<k>]-<annotator>``."""
     d = cfg.data
-    fold = f"-fold{d.fold}" if d.dataset == "mawps" else ""
+    fold = f"{scheme_tag(d.mawps_folds)}-fold{d.fold}" if d.dataset == "mawps" else ""
     return Path(d.shards_dir) / f"{d.dataset}{fold}-{d.annotator}"
+
+
+def scheme_tag(mawps_folds: str) -> str:
+    """Names of shards and runs carry the MAWPS fold scheme unless it is the default."""
+    return "" if mawps_folds == "grouped" else f"-{mawps_folds}"
 
 
 def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
@@ -297,13 +302,15 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
             if path.is_file():
                 sources[_display(path, d.data_dir)] = _sha256(path)
     if d.dataset == "mawps":
-        sources[_display(MAWPS_FOLDS_FILE, d.data_dir)] = _sha256(MAWPS_FOLDS_FILE)
+        folds_file = MAWPS_FOLD_FILES[d.mawps_folds]
+        sources[_display(folds_file, d.data_dir)] = _sha256(folds_file)
     code = hashlib.sha256(b"".join((REPO_ROOT / m).read_bytes() for m in ROW_CODE)).hexdigest()
     annotator = srl.make_annotator(d.annotator, d.annotator_model)  # models load lazily: cheap
     key_parts = {
         "schema_version": SCHEMA_VERSION,
         "dataset": d.dataset,
         "fold": d.fold if d.dataset == "mawps" else None,
+        "mawps_folds": d.mawps_folds if d.dataset == "mawps" else None,
         "annotator": {"name": annotator.name, "version": annotator.version, "option": d.annotator},
         "sources": sources,
         "params": {"min_const_freq": d.min_const_freq, "min_word_freq": d.min_word_freq, "max_tokens": MAX_TOKENS},
@@ -316,7 +323,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
     vocab, constants = None, []
     has_train = all(p.is_file() for p in split_paths(d.dataset, "train", d.data_dir))
     if has_train or "train" in splits:
-        read = read_split(d.dataset, "train", d.data_dir, d.fold)
+        read = read_split(d.dataset, "train", d.data_dir, d.fold, d.mawps_folds)
         train = clean_split(read.problems, train=True, min_const_freq=d.min_const_freq)
         constants = train.constants
         vocab = Vocab.build(_word_tokens(train.examples), constants, d.min_word_freq)
@@ -326,7 +333,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         notes.append(f"{d.dataset} has no training file: no constants learned (equations that need one "
                      f"keep prefix=None, flag rare_constant) and no vocabulary")
     for split in (s for s in splits if s != "train"):
-        read = read_split(d.dataset, split, d.data_dir, d.fold)
+        read = read_split(d.dataset, split, d.data_dir, d.fold, d.mawps_folds)
         cleaned = clean_split(read.problems, train=False, constants=constants)
         counts[split] = _counts(read, cleaned)
         examples[split] = cleaned.examples
@@ -510,6 +517,7 @@ def _new_manifest(cfg: Config, prepared: Prepared) -> dict:
         "key_parts": prepared.key_parts,
         "dataset": cfg.data.dataset,
         "fold": prepared.key_parts["fold"],
+        "mawps_folds": prepared.key_parts["mawps_folds"],
         "annotator": prepared.key_parts["annotator"],
         "sources": prepared.key_parts["sources"],
         "constants": prepared.constants,
@@ -565,13 +573,17 @@ def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
     """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
 
     Not checked against the raw files (they may be absent); checked against ``cfg``: same schema
-    version, dataset, fold and annotator, every listed shard present, a vocabulary.
+    version, dataset, fold (and MAWPS fold scheme) and annotator, every listed shard present, a
+    vocabulary.
     """
     out = Path(shards_dir)
     manifest = load_manifest(out)
     d = cfg.data
-    wanted = {"schema_version": SCHEMA_VERSION, "dataset": d.dataset, "fold": d.fold if d.dataset == "mawps" else None}
-    found = {k: manifest.get(k) for k in wanted}
+    mawps = d.dataset == "mawps"
+    wanted = {"schema_version": SCHEMA_VERSION, "dataset": d.dataset, "fold": d.fold if mawps else None,
+              "mawps_folds": d.mawps_folds if mawps else None}
+    # Shards written before fold schemes existed hold the grouped folds.
+    found = {k: manifest.get(k, "grouped" if k == "mawps_folds" and mawps else None) for k in wanted}
     if found != wanted:
         raise ValueError(f"{out} holds {found}, this run needs {wanted}: build the shards for this run with "
                          f"`python -m hlgt.data.build` or pass the matching --shards folder")
@@ -667,13 +679,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
     p.add_argument("--split", action="append", choices=SPLITS, help="split(s) to build (repeatable; default all)")
     p.add_argument("--fold", type=int, default=0, help="MAWPS fold (0..4)")
+    p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
+                   help="MAWPS fold scheme (data.mawps_folds; see hlgt.data.splits)")
     p.add_argument("--data-dir", default=None, help="real datasets folder (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--annotator", default="offline", help="offline | ltp | hanlp")
     p.add_argument("--annotator-model", default="", help="LTP / HanLP model id or local directory")
     p.add_argument("--min-const-freq", type=int, default=None)
     p.add_argument("--min-word-freq", type=int, default=None)
     p.add_argument("--shards-dir", default=None, help="parent of the default output folder (config data.shards_dir)")
-    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-fold<k>]-<annotator>)")
+    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-graph2tree][-fold<k>]-<annotator>)")
     p.add_argument("--actors", type=_actor_list, default=[1],
                    help="annotation actors (default 1; 0 = in-process); with --bench a list such as 1,2")
     p.add_argument("--no-ray", action="store_true", help="annotate in this process (same as --actors 0)")
@@ -683,7 +697,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench", action="store_true", help="measure problems/s for each --actors count; write nothing")
     args = p.parse_args(argv)
 
-    flat: dict[str, Any] = {"data.dataset": args.dataset, "data.fold": args.fold, "data.annotator": args.annotator,
+    flat: dict[str, Any] = {"data.dataset": args.dataset, "data.fold": args.fold, "data.mawps_folds": args.mawps_folds,
+                            "data.annotator": args.annotator,
                             "data.annotator_model": args.annotator_model}
     for key, value in (("data.data_dir", args.data_dir), ("data.min_const_freq", args.min_const_freq),
                        ("data.min_word_freq", args.min_word_freq), ("data.shards_dir", args.shards_dir)):

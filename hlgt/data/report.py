@@ -1,12 +1,14 @@
 """The data report: per dataset and split, problems read, skipped by the reader, kept, dropped.
 
     python -m hlgt.data.report --data-dir ../shared/datasets [--dataset NAME ...] [--fold K|all]
+        [--mawps-folds grouped|graph2tree]
 
 For every split it prints the records in the file(s), the reader's skips by reason, the
 problems read, the problems kept (and their share of those read), the problems dropped by reason
 (training rules, see clean.py) and, for valid and test, the problems kept whose gold equation
 cannot be represented (they score as wrong unless the model finds another equation with the
-right value). Two reference rows show the training rules on files that are not training files
+right value); for MAWPS also how many test problems have their text among the fold's train and
+valid problems (0 with the grouped folds). Two reference rows show the training rules on files that are not training files
 here: MAWPS's whole file (its folds only split it), and APE210K's valid file when train.ape.json
 is absent (valid and test rows need constants learned on a real training file, so they are
 printed only when it is present). A missing file is a printed line, not a failure; the exit
@@ -23,13 +25,18 @@ from pathlib import Path
 
 from hlgt.data.clean import DROP_REASONS, MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import ReadResult
-from hlgt.data.splits import DATASETS, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir, split_paths
+from hlgt.data.splits import (DATASETS, MAWPS_FOLD_FILES, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir,
+                               split_paths)
 
 
 def _reasons(counter: collections.Counter) -> str:
     order = {r: i for i, r in enumerate(DROP_REASONS)}
     items = sorted(counter.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
     return " ".join(f"{k}={v}" for k, v in items if v) or "-"
+
+
+def _text(problem) -> str:
+    return " ".join(problem.tokens).casefold()
 
 
 def _row(label: str, read: ReadResult, cleaned: CleanResult) -> str:
@@ -48,7 +55,8 @@ def _row(label: str, read: ReadResult, cleaned: CleanResult) -> str:
 HEADER = f"  {'split':<16} {'records':>7} {'skipped':>7} {'problems':>8} {'kept':>7} {'kept %':>8} {'dropped':>7}"
 
 
-def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_freq: int, max_tokens: int) -> int:
+def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_freq: int, max_tokens: int,
+                   mawps_folds: str = "grouped") -> int:
     """Print one dataset's table; return how many splits were read."""
     print(f"\n== {dataset} ==")
     print(HEADER)
@@ -57,7 +65,7 @@ def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_fre
         reads: dict[str, ReadResult] = {}
         for split in SPLITS:
             try:
-                reads[split] = read_split(dataset, split, data_dir, fold)
+                reads[split] = read_split(dataset, split, data_dir, fold, mawps_folds)
             except (FileNotFoundError, ValueError) as e:
                 print(f"  {split:<16} not read: {e}")
         tag = f" f{fold}" if dataset == "mawps" else ""
@@ -76,6 +84,10 @@ def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_fre
             if split in reads and "train" in reads:
                 cleaned = clean_split(reads[split].problems, train=False, constants=constants, max_tokens=max_tokens)
                 print(_row(split + tag, reads[split], cleaned))
+        if dataset == "mawps" and all(s in reads for s in SPLITS):
+            seen = {_text(p) for s in ("train", "valid") for p in reads[s].problems}
+            print(f"  {'':<16} test problems whose text is in train or valid ({mawps_folds} folds): "
+                  f"{sum(_text(p) in seen for p in reads['test'].problems)}")
         if constants is not None:
             print(f"  {'':<16} constants (min_const_freq={min_const_freq}): {' '.join(constants) or '-'}")
         done += len(reads)
@@ -98,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", action="append", choices=list(DATASETS),
                         help="dataset to report (repeatable; default: all)")
     parser.add_argument("--fold", default="all", help=f"MAWPS fold 0..{MAWPS_N_FOLDS - 1}, or 'all' (default)")
+    parser.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
+                        help="MAWPS fold scheme (see hlgt.data.splits)")
     parser.add_argument("--min-const-freq", type=int, default=5,
                         help="a constant is kept when seen in >= N training equations")
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longer training problems are dropped")
@@ -112,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     status = 0
     for dataset in datasets:
-        if report_dataset(dataset, data_dir, folds, args.min_const_freq, args.max_tokens) == 0 and args.dataset:
+        if report_dataset(dataset, data_dir, folds, args.min_const_freq, args.max_tokens,
+                          args.mawps_folds) == 0 and args.dataset:
             status = 1
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return status

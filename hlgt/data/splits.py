@@ -3,11 +3,20 @@
 * ``math23k``: the common 21,162 / 1,000 / 1,000 files ``math23k/Math_23K_{train,val,test}.json``.
 * ``ape210k``: ``ape210k/{train,valid,test}.ape.json`` (only ``valid`` is in ../shared here; a
   missing file is a clear error naming it).
-* ``mawps``: five-fold cross-validation over ``mawps/MAWPS.json``. The folds are fixed and seeded,
-  and their ids are committed in ``datasets/splits/mawps_folds.json`` so that every run and every
-  reader of the results uses the same folds. For fold k: test = fold k; valid = a seeded 10% of
-  the other four folds (chosen without looking at fold k, and also written out); train = the rest.
-  Problems with the same text (MAWPS repeats 213 texts) always share a fold and a side.
+* ``mawps``: five-fold cross-validation over ``mawps/MAWPS.json``. The folds are fixed, and their
+  ids are committed in ``datasets/splits/`` so that every run and every reader of the results uses
+  the same folds. For fold k: test = fold k; valid = a seeded 10% of the other four folds (whole
+  texts, chosen without looking at fold k, and also written out); train = the rest. Two schemes
+  (``data.mawps_folds``):
+
+  - ``grouped`` (default, ``mawps_folds.json``): seeded folds in which problems with the same
+    text (MAWPS repeats 213 texts, 433 problems) always share a fold, so no test text is trained
+    on under another id.
+  - ``graph2tree`` (``mawps_folds_graph2tree.json``): the folds of the literature, as Graph2Tree's
+    ``cross_valid_mawps.py`` cuts them: the file in order, four chunks of int(0.2 n) problems and
+    the rest. 58-75 test problems per fold have their text in the training folds. For comparing
+    with published MAWPS numbers, not for judging a model.
+
   Regenerate (only if MAWPS.json changes): ``python -m hlgt.data.splits --write-mawps-folds``.
 * ``sample``: the project's own problems, ``datasets/sample/{zh,en}_{train,valid,test}.json``
   (``sample_zh`` / ``sample_en`` give one language). It never reads ``data_dir``.
@@ -48,12 +57,16 @@ FILES = {
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = REPO_ROOT / "datasets" / "sample"
 MAWPS_FOLDS_FILE = REPO_ROOT / "datasets" / "splits" / "mawps_folds.json"
+MAWPS_FOLD_FILES = {"grouped": MAWPS_FOLDS_FILE,
+                    "graph2tree": REPO_ROOT / "datasets" / "splits" / "mawps_folds_graph2tree.json"}
 MAWPS_N_FOLDS = 5
 MAWPS_SEED = 1
 MAWPS_VALID_FRACTION = 0.1
 
 
-def _check(dataset: str, split: str, fold: int) -> None:
+def _check(dataset: str, split: str, fold: int, mawps_folds: str = "grouped") -> None:
+    if mawps_folds not in MAWPS_FOLD_FILES:
+        raise ValueError(f"unknown MAWPS fold scheme {mawps_folds!r}; choose from {list(MAWPS_FOLD_FILES)}")
     if dataset not in DATASETS and dataset not in SAMPLE_LANGS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS) + ['sample_zh', 'sample_en']}")
     if split not in SPLITS:
@@ -90,10 +103,11 @@ def _require(path: Path, dataset: str, split: str) -> None:
     )
 
 
-def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0) -> ReadResult:
+def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0,
+               mawps_folds: str = "grouped") -> ReadResult:
     """Problems of one split and the reader's skip counts (MAWPS: records the reader skipped have
     no usable id, hence no fold; they are counted with the training split)."""
-    _check(dataset, split, fold)
+    _check(dataset, split, fold, mawps_folds)
     paths = split_paths(dataset, split, data_dir)
     for path in paths:
         _require(path, dataset, split)
@@ -108,7 +122,7 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     whole = read_problems(paths[0], lang=LANGS[dataset])
     if dataset != "mawps":
         return whole
-    ids = set(mawps_fold_ids(fold, [p.id for p in whole.problems])[split])
+    ids = set(mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds])[split])
     problems = [p for p in whole.problems if p.id in ids]
     skipped = whole.skipped if split == "train" else collections.Counter()
     return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()))
@@ -141,32 +155,41 @@ def load_clean(
 
 
 def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed: int = MAWPS_SEED,
-                     valid_fraction: float = MAWPS_VALID_FRACTION) -> dict:
-    """Seeded folds and, per fold, a seeded validation slice of the other folds.
+                     valid_fraction: float = MAWPS_VALID_FRACTION, scheme: str = "grouped") -> dict:
+    """Folds of one scheme and, per fold, a seeded validation slice of the other folds.
 
     MAWPS repeats problems (213 texts occur 2-4 times, 433 problems in all): problems with the
-    same text (case-folded) form one group and a group never straddles two folds, nor valid and
-    train, so no test problem is trained on under another id. Groups are shuffled with ``seed``
-    and each goes to the fold with the fewest problems so far.
+    same text (case-folded) form one group. ``grouped``: a group never straddles two folds; groups
+    are shuffled with ``seed`` and each goes to the fold with the fewest problems so far.
+    ``graph2tree``: fold k is the k-th chunk of int(n / n_folds) problems in file order, the last
+    fold takes the rest, whatever the texts. In both, valid takes whole groups of the training
+    folds, so valid and train never share a text.
     """
+    if scheme not in MAWPS_FOLD_FILES:
+        raise ValueError(f"unknown MAWPS fold scheme {scheme!r}; choose from {list(MAWPS_FOLD_FILES)}")
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ValueError("MAWPS ids are not unique; folds need unique ids")
     file_order = {i: n for n, i in enumerate(ids)}
-    groups: dict[str, list[str]] = {}
-    for p in problems:
-        groups.setdefault(" ".join(p.tokens).casefold(), []).append(p.id)
-    shuffled = list(groups.values())
-    random.Random(seed).shuffle(shuffled)
+    text = {p.id: " ".join(p.tokens).casefold() for p in problems}
     folds: list[list[str]] = [[] for _ in range(n_folds)]
     fold_groups: list[list[list[str]]] = [[] for _ in range(n_folds)]
-    for group in shuffled:
-        k = min(range(n_folds), key=lambda j: len(folds[j]))
-        folds[k] += group
-        fold_groups[k].append(group)
+    if scheme == "grouped":
+        shuffled = _text_groups(ids, text)
+        random.Random(seed).shuffle(shuffled)
+        for group in shuffled:
+            k = min(range(n_folds), key=lambda j: len(folds[j]))
+            folds[k] += group
+            fold_groups[k].append(group)
+    else:
+        size = int(len(ids) / n_folds)
+        folds = [ids[k * size:(k + 1) * size] for k in range(n_folds - 1)] + [ids[(n_folds - 1) * size:]]
     valid = []
-    for k in range(n_folds):
-        rest = [g for j in range(n_folds) if j != k for g in fold_groups[j]]  # never looks at fold k
+    for k in range(n_folds):  # never looks at fold k
+        if scheme == "grouped":
+            rest = [g for j in range(n_folds) if j != k for g in fold_groups[j]]
+        else:  # a text may sit in two training folds: group across them
+            rest = _text_groups([i for j in range(n_folds) if j != k for i in folds[j]], text)
         random.Random(seed * 1000 + k).shuffle(rest)
         target, chosen = round(valid_fraction * sum(map(len, rest))), []
         for group in rest:
@@ -176,16 +199,27 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
         valid.append(sorted(chosen, key=file_order.get))
     return {
         "dataset": "mawps",
+        "scheme": scheme,
         "source": FILES["mawps"]["train"],
         "problems": len(ids),
         "n_folds": n_folds,
         "seed": seed,
         "valid_fraction": valid_fraction,
         "rule": "fold k: test = folds[k]; valid = valid[k] (drawn from the other folds); train = the rest. "
-                "Problems with the same text share a fold (and the same side of valid/train).",
+                + ("Problems with the same text share a fold (and the same side of valid/train)." if scheme == "grouped"
+                   else "Folds are file-order chunks (Graph2Tree's cross_valid_mawps.py); a test text may also be "
+                        "in train. Valid and train share no text."),
         "folds": [sorted(f, key=file_order.get) for f in folds],
         "valid": valid,
     }
+
+
+def _text_groups(ids: list[str], text: dict[str, str]) -> list[list[str]]:
+    """Ids grouped by their text, groups in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for i in ids:
+        groups.setdefault(text[i], []).append(i)
+    return list(groups.values())
 
 
 def mawps_fold_ids(
@@ -226,10 +260,11 @@ def _folds_json(spec: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id file.")
+    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id files (both schemes).")
     parser.add_argument("--data-dir", default=None, help="folder holding mawps/MAWPS.json "
                         "(default: $HLGT_DATA_DIR or ../shared/datasets)")
-    parser.add_argument("--write-mawps-folds", action="store_true", help=f"write {MAWPS_FOLDS_FILE}")
+    parser.add_argument("--write-mawps-folds", action="store_true",
+                        help=f"write {', '.join(str(f) for f in MAWPS_FOLD_FILES.values())}")
     args = parser.parse_args(argv)
     if not args.write_mawps_folds:
         parser.print_help()
@@ -237,10 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_data_dir(args.data_dir) / FILES["mawps"]["train"]
     _require(path, "mawps", "train")
     problems = read_problems(path, lang="en").problems
-    spec = make_mawps_folds(problems)
-    MAWPS_FOLDS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    MAWPS_FOLDS_FILE.write_text(_folds_json(spec), encoding="utf-8")
-    print(f"wrote {MAWPS_FOLDS_FILE}: {spec['problems']} ids in {spec['n_folds']} folds")
+    for scheme, out in MAWPS_FOLD_FILES.items():
+        spec = make_mawps_folds(problems, scheme=scheme)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(_folds_json(spec), encoding="utf-8")
+        print(f"wrote {out}: {spec['problems']} ids in {spec['n_folds']} folds ({scheme})")
     return 0
 
 

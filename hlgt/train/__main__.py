@@ -17,12 +17,16 @@ import sys
 from pathlib import Path
 
 from hlgt.config import DATASET_DEFAULTS, Config, parse_overrides
+from hlgt.data.splits import MAWPS_FOLD_FILES
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hlgt.train", description="Train HLGT (one run).")
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
     p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
+    p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
+                   help="MAWPS fold scheme: grouped (default; no text in two folds) or graph2tree (the "
+                        "literature's file-order folds, for comparing with published numbers)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None,
                    help="a prebuilt shard folder to train on as is (no raw data or annotator needed)")
@@ -47,7 +51,7 @@ def make_config(args: argparse.Namespace) -> Config:
     if args.arm not in ABLATIONS:
         raise SystemExit(f"unknown arm {args.arm!r}; choose from {list(ABLATIONS)}")
     flat = {**DATASET_DEFAULTS.get(args.dataset, {}), "data.dataset": args.dataset, "data.fold": args.fold,
-            **ABLATIONS[args.arm]}
+            "data.mawps_folds": args.mawps_folds, **ABLATIONS[args.arm]}
     if args.data_dir:
         flat["data.data_dir"] = args.data_dir
     if args.workers is not None:
@@ -60,7 +64,9 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def run_name(cfg: Config, arm: str) -> str:
-    fold = f"-fold{cfg.data.fold}" if cfg.data.dataset == "mawps" else ""
+    from hlgt.data.build import scheme_tag
+
+    fold = f"{scheme_tag(cfg.data.mawps_folds)}-fold{cfg.data.fold}" if cfg.data.dataset == "mawps" else ""
     return f"{cfg.data.dataset}{fold}-{arm}-seed{cfg.train.seed}"
 
 
