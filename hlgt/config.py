@@ -108,6 +108,16 @@ class Config:
             setattr(getattr(out, section), name, _coerce(key, value, type(known[key])))
         return out
 
+    def unread_keys(self) -> set[str]:
+        """Keys this configuration's model never reads: the graph encoder's settings when there is
+        no graph encoder, β_com without the comparison head. A sweep does not vary them."""
+        unread = set()
+        if self.model.encoder == "none":
+            unread |= {"model.heads", "model.layers", "model.node_type", "model.line_graph", "data.graph"}
+        if not self.model.aux_task:
+            unread.add("model.beta_com")
+        return unread
+
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
@@ -157,7 +167,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no_aux_task": {"model.aux_task": False},
     "hgt": {"model.encoder": "hgt"},
     "rgat": {"model.encoder": "rgat"},
-    "gts": {"model.encoder": "none"},
+    "gts": {"model.encoder": "none", "model.aux_task": False},  # the GTS baseline: no graph, no comparison loss
     "parse_graph": {"data.graph": "parse"},
     "quantity_cell": {"data.graph": "quantity_cell"},
 }

@@ -122,3 +122,15 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
     assert len(trial_logs) == 2 and all(b"val/value_acc" in log for log in trial_logs)
     assert any(b"full-s0-r0" in log for log in trial_logs) and any(b"no_line_graph-s0-r0" in log for log in trial_logs)
     assert sum(b"t-results" in log for log in logs) == 1
+
+
+def test_an_arm_trains_each_distinct_model_once(tmp_path):
+    plan = sweep.Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "gts", "no_aux_task"],
+                      samples=[{"model.heads": 4, "model.beta_com": 0.1}, {"model.heads": 2, "model.beta_com": 0.1},
+                               {"model.heads": 4, "model.beta_com": 0.2}, {"model.heads": 8, "model.beta_com": 0.2}],
+                      replicates=[{"data.fold": 0, "train.seed": 1}], shards={})
+    assert plan.arm_samples("full") == [0, 1, 2, 3]
+    assert plan.arm_samples("no_aux_task") == [0, 1, 3]  # beta_com unread: sample 2 is sample 0
+    assert plan.arm_samples("gts") == [0]  # no graph encoder, no comparison head
+    assert plan.arm_params("gts", 3) == {} and sweep.describe(plan.arm_params("gts", 3)) == "defaults"
+    assert plan.arm_params("no_aux_task", 3) == {"model.heads": 8}

@@ -102,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     base = {"data.dataset": args.dataset, "data.fold": args.fold, "train.batch_size": args.batch_size,
             "model.embedding_size": args.embedding, "model.hidden_size": args.hidden, "model.beam_size": args.beam,
-            **({"data.data_dir": args.data_dir} if args.data_dir else {}), **parse_overrides(args.set)}
+            **({"data.data_dir": args.data_dir} if args.data_dir else {})}
+    overrides = parse_overrides(args.set)  # over each arm's own settings, as in `python -m hlgt.train`
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     for arm in arms:
         if arm not in ABLATIONS:
             raise SystemExit(f"unknown arm {arm!r}; choose from {list(ABLATIONS)}")
-    cfg = Config.from_flat(base)
+    cfg = Config.from_flat({**base, **overrides})
     shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
     vocab = load_vocab(shards)
     train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} threads", flush=True)
     results = {}
     for arm in arms:
-        results[arm] = measure(cfg.override(ABLATIONS[arm]), rows, decode_rows, vocab, device, args.bf16)
+        results[arm] = measure(cfg.override({**ABLATIONS[arm], **overrides}), rows, decode_rows, vocab, device, args.bf16)
         r = results[arm]
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
                f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""

@@ -9,7 +9,8 @@ learning rate and hidden size when asked (``--lr``, ``--hidden``), from the comm
 file (``space:`` key → list of values, or ``{uniform: [lo, hi]}`` / ``{loguniform: [lo, hi]}``).
 ``--num-samples N`` draws N configurations (the first is the centre; ``--grid`` takes the whole
 product); each is trained once per replicate (``--seeds``, ``--folds``), so a configuration's
-score is a mean over the same replicates.
+score is a mean over the same replicates. An arm skips configurations that differ only in settings
+its model does not read (``Config.unread_keys``: ``gts`` has no heads, layers or β_com).
 
 Arms: ``--ablation`` names arms of ``hlgt.config.ABLATIONS`` (or ``all``); ``full`` is added as the
 reference unless ``--no-reference``. Each arm is its own Tune experiment (``<storage>/<name>/<arm>``)
@@ -169,6 +170,23 @@ class Plan:
     def trial_flat(self, arm: str, sample: int, replicate: int) -> dict[str, Any]:
         return {**self.base, **ABLATIONS[arm], **self.samples[sample], **self.replicates[replicate]}
 
+    def arm_params(self, arm: str, sample: int) -> dict[str, Any]:
+        """The searched values of a sample that the arm's model reads (gts has no heads or layers)."""
+        unread = Config.from_flat({**self.base, **ABLATIONS[arm], **self.samples[sample]}).unread_keys()
+        return {k: v for k, v in self.samples[sample].items() if k not in unread}
+
+    def arm_samples(self, arm: str) -> list[int]:
+        """The samples an arm trains: the first of each group that is the same model for the arm,
+        so no two trials of an arm train the same configuration."""
+        seen: list[dict] = []
+        keep = []
+        for i in range(len(self.samples)):
+            params = self.arm_params(arm, i)
+            if params not in seen:
+                seen.append(params)
+                keep.append(i)
+        return keep
+
 
 def trial(config: dict, plan: dict) -> None:
     """The Tune trainable: resolve the trial's flat config, then one TorchTrainer (launch.tune_trial).
@@ -253,7 +271,7 @@ def run_arm(plan: Plan, arm: str):
     else:
         tuner = ray.tune.Tuner(
             trainable,
-            param_space={"arm": arm, "sample": ray.tune.grid_search(list(range(len(plan.samples)))),
+            param_space={"arm": arm, "sample": ray.tune.grid_search(plan.arm_samples(arm)),
                          "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
             tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC, mode="max", scheduler=_scheduler(plan.scheduler, epochs),
                                             max_concurrent_trials=concurrency(plan), trial_name_creator=TrialName(arm),
@@ -338,7 +356,7 @@ def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -
     val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
     tv_mean, tv_std = mean_std(test_value)
     te_mean, te_std = mean_std(test_equation)
-    return {"arm": arm, "config": describe(plan.samples[best_sample]), "runs": len(chosen),
+    return {"arm": arm, "config": describe(plan.arm_params(arm, best_sample)), "runs": len(chosen),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
             "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
             "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
@@ -520,6 +538,11 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
           f"{len(plan.replicates)} replicate(s) per arm; scheduler {plan.scheduler}; results in {plan.root}", flush=True)
     for i, s in enumerate(plan.samples):
         print(f"[sweep]   configuration {i}: {describe(s)}", flush=True)
+    for arm in plan.arms:
+        kept = plan.arm_samples(arm)
+        if len(kept) < len(plan.samples):
+            print(f"[sweep]   {arm}: configuration(s) {kept} only (the others differ in settings {arm} does not read)",
+                  flush=True)
     grids = {arm: run_arm(plan, arm) for arm in plan.arms}
     mode = tracking.prepare_environment(plan.wandb)
     tracker = tracking.start({"sweep": plan.name, "arms": plan.arms, **plan.base}, enabled=plan.wandb,
