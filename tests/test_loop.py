@@ -120,3 +120,32 @@ def test_train_command_config_and_run_name():
     assert run_name(tiny(), "full") == "sample-full-seed1"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--mawps-folds", "random"])
+
+
+def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):
+    from hlgt.data.build import load_vocab
+    from hlgt.data.vocab import read_word_vectors
+    from hlgt.model.solver import Solver
+
+    vocab = load_vocab(shards)
+    words = vocab.words[3:6]
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("4 8\n" + "".join(f"{w} " + " ".join(str(i + 0.5 * k) for k in range(8)) + "\n"
+                                         for i, w in enumerate(words))
+                       + "not in the vocabulary 1 2\n" + f"{words[0]} " + " ".join(["9"] * 8) + "\n", encoding="utf-8")
+    found = read_word_vectors(vectors, vocab, 8)
+    assert [vocab.words[i] for i in found.ids] == sorted(words, key=vocab.word_id)
+    assert found.vectors[found.ids.index(vocab.word_id(words[0]))] == [0.5 * k for k in range(8)]  # the first wins
+    assert (found.lines, found.malformed) == (5, 1)
+    with pytest.raises(ValueError, match="model.embedding_size=8"):
+        read_word_vectors(vectors, vocab, 16)
+    with pytest.raises(FileNotFoundError):
+        read_word_vectors(tmp_path / "none.txt", vocab, 8)
+
+    # lr 0: the trained embedding is still the loaded one.
+    run = tmp_path / "run"
+    loop.train(tiny(**{"train.word_vectors": str(vectors), "train.lr": 0.0, "train.epochs": 1}), shards, run_dir=run)
+    weight = Solver.load(run / "best").encoder.embedding.weight
+    for i, w in enumerate(words):
+        assert weight[vocab.word_id(w)].tolist() == pytest.approx([i + 0.5 * k for k in range(8)])
+    assert "word vectors: 3 of" in capsys.readouterr().out

@@ -4,11 +4,15 @@ Input ids: ``<pad>``=0, ``<unk>``=1, ``NUM``=2 (every quantity token is read as 
 the model sees a number's context and copies its representation, never its digits), then words.
 Decoder ids: the operators, then the learned constants, then the problem's own slots:
 ``N{i}`` has id ``len(outputs) + i``, so the output space grows with the number of quantities.
+
+``read_word_vectors`` picks the vocabulary's words out of a pretrained vector file (the paper
+starts its word embedding from 300-dimension vectors).
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from hlgt.expr import OPS
@@ -68,3 +72,45 @@ class Vocab:
     @classmethod
     def from_dict(cls, d: dict) -> "Vocab":
         return cls(words=list(d["words"]), outputs=list(d["outputs"]))
+
+
+@dataclass
+class WordVectors:
+    ids: list[int]  # input ids of the vocabulary words found in the file
+    vectors: list[list[float]]  # their vectors, in the same order
+    lines: int  # vector lines read
+    malformed: int  # lines skipped: not a word and ``dim`` numbers (e.g. a word with a space)
+
+
+def read_word_vectors(path: str | Path, vocab: Vocab, dim: int) -> WordVectors:
+    """The vectors of ``vocab``'s words in a word2vec/GloVe text file: one ``word x1 ... xd`` per
+    line, an optional ``count dim`` first line. Read line by line (files of several GB are
+    fine); the first occurrence of a word wins. Vectors of another dimension than ``dim`` (the
+    embedding size) are an error on the first vector line; binary word2vec files are not read."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"word vector file {path} not found")
+    wanted = {w: i for i, w in enumerate(vocab.words) if w not in (PAD, UNK, NUM)}
+    found: dict[int, list[float]] = {}
+    lines = malformed = 0
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f):
+            parts = line.rstrip("\n").rstrip().split(" ")
+            if n == 0 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                continue  # word2vec header: count dim
+            lines += 1
+            if len(parts) != dim + 1:
+                if lines == 1:
+                    raise ValueError(f"{path} holds {len(parts) - 1}-dimension vectors, the embedding has {dim}: "
+                                     f"set model.embedding_size={len(parts) - 1}")
+                malformed += 1
+                continue
+            index = wanted.get(parts[0])
+            if index is None or index in found:
+                continue
+            try:
+                found[index] = [float(x) for x in parts[1:]]
+            except ValueError:
+                malformed += 1
+    ids = sorted(found)
+    return WordVectors(ids=ids, vectors=[found[i] for i in ids], lines=lines, malformed=malformed)

@@ -90,6 +90,20 @@ class TrainResult:
     checkpoint: Path | None  # the final checkpoint folder as written (in process) or None
 
 
+def _load_word_vectors(solver, vocab, path: str, log: Callable[[str], None]) -> None:
+    """Start the word embedding from a pretrained vector file (words it lacks keep their init)."""
+    from hlgt.data.vocab import read_word_vectors
+
+    embedding = solver.encoder.embedding.weight
+    found = read_word_vectors(path, vocab, embedding.size(1))
+    if found.ids:
+        with torch.no_grad():
+            embedding[torch.tensor(found.ids, device=embedding.device)] = torch.tensor(
+                found.vectors, dtype=embedding.dtype, device=embedding.device)
+    log(f"word vectors: {len(found.ids)} of {len(vocab.words) - 3} vocabulary words from {path} "
+        f"({found.lines} vectors read, {found.malformed} malformed lines skipped)")
+
+
 def _optimizer(cfg: Config, model: nn.Module):
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(cfg.train.lr_step, 1), gamma=cfg.train.lr_gamma)
@@ -225,6 +239,8 @@ def train(
     variant = cfg.data.graph
 
     solver = Solver(cfg.model, vocab).to(rt.device)
+    if cfg.train.word_vectors and main and resume_from is None:
+        _load_word_vectors(solver, vocab, cfg.train.word_vectors, log)  # DDP broadcasts rank 0's weights
     opt, sched = _optimizer(cfg, solver)
     state = _fresh_state()
     if resume_from is not None:
