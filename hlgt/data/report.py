@@ -8,10 +8,10 @@ problems read, the problems kept (and their share of those read), the problems d
 (training rules, see clean.py) and, for valid and test, the problems kept whose gold equation
 cannot be represented (they score as wrong unless the model finds another equation with the
 right value); for MAWPS also how many test problems have their text among the fold's train and
-valid problems (0 with the grouped folds). Two reference rows show the training rules on files that are not training files
-here: MAWPS's whole file (its folds only split it), and APE210K's valid file when train.ape.json
-is absent (valid and test rows need constants learned on a real training file, so they are
-printed only when it is present). A missing file is a printed line, not a failure; the exit
+valid problems (0 with the grouped folds). Two reference rows show the training rules on files
+that are not training files here: MAWPS's whole file (its folds only split it), and APE210K's
+valid file when train.ape.json is absent (valid and test rows need constants learned on a real
+training file, so they are printed only when it is present). A missing file is a printed line, not a failure; the exit
 status is 0 unless the data folder does not exist (2) or a dataset named with ``--dataset`` has
 no readable split at all (1).
 """

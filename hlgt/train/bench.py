@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} threads", flush=True)
     results = {}
     for arm in arms:
-        results[arm] = measure(cfg.override({**ABLATIONS[arm], **overrides}), rows, decode_rows, vocab, device, args.bf16)
+        arm_cfg = cfg.override({**ABLATIONS[arm], **overrides})
+        results[arm] = measure(arm_cfg, rows, decode_rows, vocab, device, args.bf16)
         r = results[arm]
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
                f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""
