@@ -26,17 +26,13 @@ from pathlib import Path
 from hlgt.data.clean import DROP_REASONS, MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import ReadResult
 from hlgt.data.splits import (DATASETS, MAWPS_FOLD_FILES, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir,
-                               split_paths)
+                               split_paths, text_key)
 
 
 def _reasons(counter: collections.Counter) -> str:
     order = {r: i for i, r in enumerate(DROP_REASONS)}
     items = sorted(counter.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
     return " ".join(f"{k}={v}" for k, v in items if v) or "-"
-
-
-def _text(problem) -> str:
-    return " ".join(problem.tokens).casefold()
 
 
 def _row(label: str, read: ReadResult, cleaned: CleanResult) -> str:
@@ -85,9 +81,9 @@ def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_fre
                 cleaned = clean_split(reads[split].problems, train=False, constants=constants, max_tokens=max_tokens)
                 print(_row(split + tag, reads[split], cleaned))
         if dataset == "mawps" and all(s in reads for s in SPLITS):
-            seen = {_text(p) for s in ("train", "valid") for p in reads[s].problems}
+            seen = {text_key(p) for s in ("train", "valid") for p in reads[s].problems}
             print(f"  {'':<16} test problems whose text is in train or valid ({mawps_folds} folds): "
-                  f"{sum(_text(p) in seen for p in reads['test'].problems)}")
+                  f"{sum(text_key(p) in seen for p in reads['test'].problems)}")
         if constants is not None:
             print(f"  {'':<16} constants (min_const_freq={min_const_freq}): {' '.join(constants) or '-'}")
         done += len(reads)

@@ -171,7 +171,7 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
     if len(set(ids)) != len(ids):
         raise ValueError("MAWPS ids are not unique; folds need unique ids")
     file_order = {i: n for n, i in enumerate(ids)}
-    text = {p.id: " ".join(p.tokens).casefold() for p in problems}
+    text = {p.id: text_key(p) for p in problems}
     folds: list[list[str]] = [[] for _ in range(n_folds)]
     fold_groups: list[list[list[str]]] = [[] for _ in range(n_folds)]
     if scheme == "grouped":
@@ -212,6 +212,11 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
         "folds": [sorted(f, key=file_order.get) for f in folds],
         "valid": valid,
     }
+
+
+def text_key(problem: Problem) -> str:
+    """What makes two MAWPS problems "the same text": their tokens, case-folded."""
+    return " ".join(problem.tokens).casefold()
 
 
 def _text_groups(ids: list[str], text: dict[str, str]) -> list[list[str]]:
