@@ -67,6 +67,7 @@ class TrainConfig:
     weight_decay: float = 1e-5
     lr_step: int = 20  # halve the learning rate every lr_step epochs
     lr_gamma: float = 0.5
+    grad_clip: float = 0.0  # > 0: clip the gradients' global L2 norm to this (the paper and GTS do not clip)
     seed: int = 1
     eval_every: int = 1
     workers: int = 1
@@ -200,6 +201,7 @@ TRAIN_LOSS = "train/loss"
 TRAIN_TREE_LOSS = "train/tree_loss"
 TRAIN_COM_LOSS = "train/com_loss"
 TRAIN_PROBLEMS_PER_S = "train/problems_per_s"
+TRAIN_GRAD_NORM_MAX = "train/grad_norm_max"  # the epoch's largest global gradient norm, before clipping
 VAL_VALUE_ACC = "val/value_acc"
 VAL_EQUATION_ACC = "val/equation_acc"
 TEST_VALUE_ACC = "test/value_acc"

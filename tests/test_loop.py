@@ -149,3 +149,17 @@ def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):
     for i, w in enumerate(words):
         assert weight[vocab.word_id(w)].tolist() == pytest.approx([i + 0.5 * k for k in range(8)])
     assert "word vectors: 3 of" in capsys.readouterr().out
+
+
+def test_grad_clip_bounds_the_update_and_reports_the_norm(shards, tmp_path):
+    plain = loop.train(tiny(), shards, run_dir=tmp_path / "plain", evaluate_test=False)
+    loose = loop.train(tiny(**{"train.grad_clip": 1e9}), shards, run_dir=tmp_path / "loose", evaluate_test=False)
+    tight = loop.train(tiny(**{"train.grad_clip": 1e-4}), shards, run_dir=tmp_path / "tight", evaluate_test=False)
+
+    norms = [m[C.TRAIN_GRAD_NORM_MAX] for m in plain.history]
+    assert all(n > 1e-4 for n in norms)  # the norm is measured before clipping, with or without it
+    # A bound above every norm changes nothing; one below them changes the training.
+    assert [m[C.TRAIN_LOSS] for m in loose.history] == [m[C.TRAIN_LOSS] for m in plain.history]
+    assert tight.history[1][C.TRAIN_LOSS] != plain.history[1][C.TRAIN_LOSS]
+    with pytest.raises(ValueError, match="grad_clip"):
+        loop.train(tiny(**{"train.grad_clip": -1.0}), shards, run_dir=tmp_path / "bad")

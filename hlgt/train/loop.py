@@ -191,7 +191,8 @@ def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, se
     val = (f" | val value {100 * m[C.VAL_VALUE_ACC]:.1f}% eq {100 * m[C.VAL_EQUATION_ACC]:.1f}%"
            if evaluated else "")
     return (f"epoch {epoch}/{epochs} | loss {m[C.TRAIN_LOSS]:.4f} (tree {m[C.TRAIN_TREE_LOSS]:.4f} "
-            f"com {m[C.TRAIN_COM_LOSS]:.4f}) | lr {m[C.LR]:.2e} | {m[C.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
+            f"com {m[C.TRAIN_COM_LOSS]:.4f}) | grad norm max {m[C.TRAIN_GRAD_NORM_MAX]:.3g} | lr {m[C.LR]:.2e} | "
+            f"{m[C.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
             f"{val} | {seconds:.1f}s")
 
 
@@ -226,6 +227,8 @@ def train(
     rt = runtime or Runtime()
     if cfg.train.epochs < 1:
         raise ValueError(f"train.epochs must be >= 1, got {cfg.train.epochs}")
+    if not cfg.train.grad_clip >= 0:
+        raise ValueError(f"train.grad_clip must be >= 0 (0: no clipping), got {cfg.train.grad_clip}")
     if report is None:
         if run_dir is None:
             raise ValueError("train needs a report callback or a run_dir for the local one")
@@ -315,12 +318,17 @@ def train(
             started = time.perf_counter()
             model.train()
             sums = torch.zeros(4, dtype=torch.float64)  # loss, tree, com (problem-weighted), problems
+            grad_norm_max = 0.0
             lr = opt.param_groups[0]["lr"]
             for batch in train_batches(epoch):
                 batch = batch.to(rt.device)
                 out = model(batch)
                 opt.zero_grad(set_to_none=True)
                 out["loss"].backward()
+                # The norm is taken after data parallelism's all-reduce, so every rank clips alike.
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    solver.parameters(), cfg.train.grad_clip if cfg.train.grad_clip > 0 else math.inf)
+                grad_norm_max = max(grad_norm_max, float(grad_norm))
                 opt.step()
                 n = len(batch)
                 sums += torch.tensor([out["loss"].item() * n, out["tree_loss"].item() * n,
@@ -340,6 +348,7 @@ def train(
                 raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
             metrics = {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
                        C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
+                       C.TRAIN_GRAD_NORM_MAX: grad_norm_max,  # equal on every rank: gradients are all-reduced
                        C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9)}
             last = epoch == epochs or out_of_time
             evaluating = epoch == 1 or last or epoch % max(cfg.train.eval_every, 1) == 0  # the same on every rank
