@@ -13,7 +13,9 @@ about a quarter of a training step of the GTS arm went into those fills and adds
 * rows are sorted by length and packed time-major (as ``PackedSequence`` does), the reverse
   direction packed from each sequence reversed within its length, so both directions share the
   per-step batch sizes and advance together (one ``baddbmm`` per step for both);
-* the input projection of every token and both directions is one matrix product, before the loop;
+* the input projection of every token and both directions is one matrix product, before the loop,
+  without its bias: the bias is added inside the loop, on data already in cache (a bias in the
+  product would first be copied over the whole [2, P, 3H] output);
 * ``_Recurrence`` is an ``autograd.Function``: its forward saves the gates, its backward runs
   backpropagation through time over the packed steps and forms the hidden-weight gradient as one
   matrix product over all steps at the end.
@@ -57,8 +59,8 @@ def bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, low_precision: bool = False) 
     for layer in range(gru.num_layers):
         w_ih, w_hh, b_ih, b_hh = (torch.stack([getattr(gru, f"{name}_l{layer}{sfx}") for sfx in ("", "_reverse")])
                                   for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-        gi = _affine(inp, w_ih.transpose(1, 2), b_ih.unsqueeze(1), low)       # [2, P, 3H]
-        out, h_n = _Recurrence.apply(gi, w_hh, b_hh, plan.batch_sizes, low)   # [2, P, H], [2, B, H]
+        gi = _product(inp, w_ih.transpose(1, 2), low)                         # [2, P, 3H] without b_ih
+        out, h_n = _Recurrence.apply(gi, w_hh, b_hh, b_ih, plan.batch_sizes, low)  # [2, P, H], [2, B, H]
         finals.append(h_n)
         fwd, rev = out[0], out[1]                                             # [P, H] x 2
         if layer + 1 < gru.num_layers:
@@ -73,12 +75,20 @@ def bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, low_precision: bool = False) 
     return padded.view(B, T, H), h_n
 
 
+def _product(x: Tensor, w: Tensor, low: torch.dtype | None) -> Tensor:
+    """x @ w per direction: [2, n, I] x [2, I, O] -> [2, n, O] in x's dtype, in ``low`` precision
+    when given."""
+    if low is None:
+        return torch.bmm(x, w)
+    return torch.bmm(x.to(low), w.to(low)).to(x.dtype)
+
+
 def _affine(x: Tensor, w: Tensor, b: Tensor, low: torch.dtype | None) -> Tensor:
     """b + x @ w per direction: [2, n, I] x [2, I, O] (+ [2, 1, O]) -> [2, n, O] in x's dtype,
     the product in ``low`` precision when given."""
     if low is None:
         return torch.baddbmm(b, x, w)
-    return torch.bmm(x.to(low), w.to(low)).to(x.dtype).add_(b)
+    return _product(x, w, low).add_(b)
 
 
 class _Plan:
@@ -109,22 +119,26 @@ class _Plan:
 class _Recurrence(torch.autograd.Function):
     """GRU recurrence of both directions over packed steps (PyTorch's gate equations).
 
-    gi [2, P, 3H] input projections (bias included), w_hh [2, 3H, H], b_hh [2, 3H],
+    gi [2, P, 3H] input projections without their bias, w_hh [2, 3H, H], b_hh [2, 3H], b_ih [2, 3H],
     batch_sizes: rows per step (non-increasing), low: product precision or None
     -> out [2, P, H], h_n [2, B, H] (sorted rows).
     """
 
     @staticmethod
-    def forward(ctx, gi: Tensor, w_hh: Tensor, b_hh: Tensor, batch_sizes: list[int], low: torch.dtype | None):
+    def forward(ctx, gi: Tensor, w_hh: Tensor, b_hh: Tensor, b_ih: Tensor, batch_sizes: list[int],
+                low: torch.dtype | None):
         D, P, H3 = gi.shape
         H = H3 // 3
         B = batch_sizes[0]
         h = gi.new_zeros(D, B, H)                                             # running state
         out = gi.new_empty(D, P, H)
-        save = any(ctx.needs_input_grad[:3])
+        save = any(ctx.needs_input_grad[:4])
         gates = gi.new_empty(D, P, 4 * H) if save else None                   # r, z, n, gh_n per token
         w_t = w_hh.transpose(1, 2).to(low or w_hh.dtype)                     # [2, H, 3H], cast once
-        bias = b_hh.unsqueeze(1)                                              # [2, 1, 3H]
+        # r and z see b_ih + b_hh, so both join the hidden product's bias; n sees b_hh inside
+        # r * (W h + b_hh), and b_ih outside it.
+        bias = torch.cat([b_ih[:, : 2 * H] + b_hh[:, : 2 * H], b_hh[:, 2 * H:]], 1).unsqueeze(1)  # [2, 1, 3H]
+        b_in = b_ih[:, 2 * H:].unsqueeze(1)                                   # [2, 1, H]
         o = 0
         for n in batch_sizes:
             h_prev = h[:, :n]                                                 # [2, n, H]
@@ -133,14 +147,14 @@ class _Recurrence(torch.autograd.Function):
             rz = torch.sigmoid(g[..., : 2 * H] + gh[..., : 2 * H])            # [2, n, 2H]
             r, z = rz[..., :H], rz[..., H:]
             # tanh(x) = 2 sigmoid(2x) - 1: PyTorch's CPU sigmoid is ~5x faster than its tanh
-            cand = torch.addcmul(g[..., 2 * H:], r, gh[..., 2 * H:]).mul_(2).sigmoid_().mul_(2).sub_(1)  # [2, n, H]
+            cand = torch.addcmul(g[..., 2 * H:], r, gh[..., 2 * H:]).add_(b_in).mul_(2).sigmoid_().mul_(2).sub_(1)  # [2, n, H]
             h_new = cand + z * (h_prev - cand)                                # (1-z)*n + z*h
             out[:, o:o + n] = h_new
             h[:, :n] = h_new
             if save:
                 gates[:, o:o + n, : 2 * H] = rz
                 gates[:, o:o + n, 2 * H: 3 * H] = cand
-                gates[:, o:o + n, 3 * H:] = gh[..., 2 * H:]
+                gates[:, o:o + n, 3 * H:] = gh[..., 2 * H:]                   # W h + b_hh of n
             o += n
         if save:
             ctx.save_for_backward(w_hh, out, gates)
@@ -184,4 +198,4 @@ class _Recurrence(torch.autograd.Function):
                           else out.new_zeros(D, 0, H)], 1)                    # [2, P, H]
         grad_w = torch.bmm(dgh.transpose(1, 2), prev)                         # [2, 3H, H]
         grad_b = dgh.sum(1)                                                   # [2, 3H]
-        return dgi, grad_w, grad_b, None, None
+        return dgi, grad_w, grad_b, dgi.sum(1), None, None
