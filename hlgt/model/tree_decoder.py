@@ -26,8 +26,9 @@ What differs from GTS is only how the work is batched:
 * Beam search runs every problem and beam at once ([B*K] rows) with goal stacks and
   pending-operator stacks held as index tensors into pools of node vectors, so that reordering
   beams moves integers, not vectors. Finished beams compete with live ones as in GTS. Children
-  of one beam share the [goal; context] part of GenerateNode; a beam that completes its tree
-  skips the merges nobody reads. Unlike GTS, choices that cannot complete within
+  of one beam share the [goal; context] part of GenerateNode; the operator label's parts of
+  GenerateNode and Merge are one table row per operator, computed once per search; a beam that
+  completes its tree skips the merges nobody reads. Unlike GTS, choices that cannot complete within
   ``max_output_len`` are masked, so the best beam is always a finished, well-formed expression
   (GTS returns an unfinished one when it hits the length limit).
 * TreeAttn's and Score's ``v . tanh(a) + c`` over every (node, token) and (node, candidate) pair
@@ -297,16 +298,30 @@ class TreeDecoder(nn.Module):
         left, left_gate, right, right_gate = self.generate(x).chunk(4, -1)
         return torch.tanh(left) * torch.sigmoid(left_gate), torch.tanh(right) * torch.sigmoid(right_gate)
 
-    def _shared_child_nodes(self, goal, context, parent, op_ids):
+    def _operator_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eval mode: the operator label's part of GenerateNode's and Merge's layers, per operator
+        (their only input is the label embedding, so each is a row lookup during beam search).
+        -> ([ops, 4H] with GenerateNode's bias, [ops, 2H] with Merge's bias)"""
+        H, label = self.hidden_size, self.op_embedding.weight  # [ops, E]
+        generate = F.linear(label, self.generate.weight[:, 2 * H :], self.generate.bias)  # [ops, 4H]
+        merge = F.linear(label, self.merge.weight[:, : label.size(1)], self.merge.bias)  # [ops, 2H]
+        return generate, merge
+
+    def _shared_child_nodes(self, goal, context, parent, op_ids, generate_table):
         """``child_nodes`` (eval mode) for children of rows ``parent`` of goal/context: the
-        [goal; context] part of GenerateNode's layer is computed once per distinct parent."""
+        [goal; context] part of GenerateNode's layer is computed once per distinct parent, the
+        label's part is looked up in ``generate_table`` (``_operator_tables``)."""
         H = self.hidden_size
         distinct, inverse = torch.unique(parent, return_inverse=True)
-        shared = F.linear(torch.cat([goal[distinct], context[distinct]], -1), self.generate.weight[:, : 2 * H],
-                          self.generate.bias)  # [u, 4H]
-        x = shared[inverse] + F.linear(self.op_embedding(op_ids), self.generate.weight[:, 2 * H :])  # [m, 4H]
+        shared = F.linear(torch.cat([goal[distinct], context[distinct]], -1), self.generate.weight[:, : 2 * H])  # [u, 4H]
+        x = shared[inverse] + generate_table[op_ids]  # [m, 4H]
         left, left_gate, right, right_gate = x.chunk(4, -1)
         return torch.tanh(left) * torch.sigmoid(left_gate), torch.tanh(right) * torch.sigmoid(right_gate)
+
+    def _looked_up_merge(self, op_ids, left_tree, right_tree, merge_table):
+        """``merge_tree`` (eval mode) with the label's part looked up in ``merge_table``. -> [n, H]"""
+        E = self.op_embedding.embedding_dim
+        return _gated(F.linear(torch.cat([left_tree, right_tree], -1), self.merge.weight[:, E:]).add_(merge_table[op_ids]))
 
     def merge_tree(self, op_ids, left_tree, right_tree):
         """Merge: embedding of a finished operator subtree. -> [n, H]"""
@@ -406,6 +421,7 @@ class TreeDecoder(nn.Module):
         O = cands.size(1)
         V = n_ops + O
         keys, cand_keys = self.memory_keys(memory), self.candidate_keys(cands)
+        generate_table, merge_table = self._operator_tables()
         R = B * K
         row_problem = torch.arange(R, device=device) // K  # [R]
         depth = (max_len + 1) // 2 + 1  # the most open slots / pending operators a completable prefix can have
@@ -440,9 +456,13 @@ class TreeDecoder(nn.Module):
             goal = torch.empty_like(node)
             goal[~has_left] = self.left_goal(node[~has_left])
             goal[has_left] = self.right_goal(subs.data[left_id[has_left]], node[has_left])
-            spread = memory.new_zeros(R, T)  # attention weights in a [B, K, T] layout: one bmm, no gather
-            spread[rows] = self.attend(goal, batch, keys, mask)
-            context = torch.bmm(spread.view(B, K, T), memory).view(R, H)[rows]  # [n, H]
+            # Attention weights laid out [problems with a live row, K, T]: one bmm over their memory.
+            problems, slot = torch.unique_consecutive(batch, return_inverse=True)  # rows are sorted
+            beam = rows % K
+            spread = memory.new_zeros(problems.numel(), K, T)
+            spread[slot, beam] = self.attend(goal, batch, keys, mask)
+            live_memory = memory if problems.numel() == B else memory.index_select(0, problems)
+            context = torch.bmm(spread, live_memory)[slot, beam]  # [n, H]
             logp = torch.log_softmax(self.outputs(goal, context, batch, cand_keys, cand_valid), -1)  # [n, V]
             logp[:, n_ops:] = logp[:, n_ops:].masked_fill(~cand_valid[batch], float("-inf"))
             op_fits = length[rows] + goal_top[rows] + 2 <= max_len
@@ -466,7 +486,7 @@ class TreeDecoder(nn.Module):
             is_op = emit & (token < n_ops)
             if bool(is_op.any()):
                 r = all_rows[is_op]
-                left, right = self._shared_child_nodes(goal, context, live_index[parent[r]], token[r])
+                left, right = self._shared_child_nodes(goal, context, live_index[parent[r]], token[r], generate_table)
                 goal_stack[r, goal_top[r]] = nodes.add(right)
                 goal_stack[r, goal_top[r] + 1] = nodes.add(left)  # left child on top: decoded first
                 goal_top[r] += 2
@@ -483,7 +503,7 @@ class TreeDecoder(nn.Module):
                     if not bool(can.any()):
                         break
                     rm, tm = r[can], top[can]
-                    tree[can] = self.merge_tree(op_stack[rm, tm], subs.data[op_left[rm, tm]], tree[can])
+                    tree[can] = self._looked_up_merge(op_stack[rm, tm], subs.data[op_left[rm, tm]], tree[can], merge_table)
                     op_top[rm] -= 1
                 op_left[r, op_top[r] - 1] = subs.add(tree)  # an open slot means an operator is still pending
             finished = finished | (emit & (goal_top == 0))
