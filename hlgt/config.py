@@ -53,6 +53,7 @@ class ModelConfig:
     layers: int = 2
     dropout: float = 0.5
     beta_com: float = 0.1
+    comparison_init: str = "uniform"  # uniform (nn.Bilinear's) | zeros (Dozat & Manning's biaffine starts at 0)
     beam_size: int = 5
     max_output_len: int = 45
     bf16_inference: bool = False  # decoding only: the encoder's CPU GRUs multiply in bfloat16 (~1.3x decoding; CUDA keeps cuDNN float32)
@@ -112,12 +113,12 @@ class Config:
 
     def unread_keys(self) -> set[str]:
         """Keys this configuration's model never reads: the graph encoder's settings when there is
-        no graph encoder, β_com without the comparison head. A sweep does not vary them."""
+        no graph encoder, β_com and the head's initialisation without the comparison head. A sweep does not vary them."""
         unread = set()
         if self.model.encoder == "none":
             unread |= {"model.heads", "model.layers", "model.node_type", "model.line_graph", "data.graph"}
         if not self.model.aux_task:
-            unread.add("model.beta_com")
+            unread |= {"model.beta_com", "model.comparison_init"}
         return unread
 
 

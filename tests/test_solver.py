@@ -136,6 +136,22 @@ def test_comparison_labels_and_loss():
         assert torch.allclose(logits[0, i, j], manual, atol=1e-5)
 
 
+def test_comparison_zero_init_starts_at_one_half_and_learns():
+    head = Comparison(6, 4, init="zeros")
+    h_f, h_b = torch.randn(1, 5, 6), torch.randn(1, 5, 4)
+    num_pos, num_mask = torch.tensor([[0, 2, 4]]), torch.tensor([[True, True, True]])
+    assert head(h_f, h_b, num_pos).abs().max() == 0  # every pair starts at p = 1/2
+    loss = head.loss(h_f, h_b, num_pos, num_mask, torch.tensor([[1.0, 2.0, 3.0]]))
+    assert abs(loss.item() - np.log(2)) < 1e-6
+    loss.backward()
+    assert head.U.grad.abs().sum() > 0 and head.linear.weight.grad.abs().sum() > 0
+    assert Comparison(6, 4).U.abs().sum() > 0  # the default draws U as nn.Bilinear does
+    with pytest.raises(ValueError, match="comparison_init"):
+        Comparison(6, 4, init="xavier")
+    model = solver(encoder="hlgt", aux_task=True, comparison_init="zeros")
+    assert model.comparison.U.abs().sum() == 0
+
+
 def test_batched_equals_separate():
     model = solver(encoder="hlgt").eval()
     rows = make_rows(3, 3)
@@ -146,6 +162,7 @@ def test_batched_equals_separate():
     alone = [model(collate([r], VOCAB)) for r in rows]
     assert torch.allclose(together, sum(a["tree_loss"] * n for a, n in zip(alone, n_tokens)), atol=1e-4)
     assert model.solve(batch) == sum((model.solve(collate([r], VOCAB)) for r in rows), [])
+    assert model.solve(batch, beam_batch=2) == model.solve(batch)  # beam search in slices of 2 and 1
 
 
 @pytest.mark.parametrize("encoder", ["none", "hlgt"])
@@ -164,6 +181,14 @@ def test_solve_returns_valid_prefixes(encoder):
                 assert parses(tokens, len(row["num_pos"])) and len(tokens) <= SMALL["max_output_len"], tokens
     with pytest.raises(ValueError, match="beam_size"):
         model.solve(batch, beam_size=0)
+    with pytest.raises(ValueError, match="beam_batch"):
+        model.solve(batch, beam_batch=0)
+
+
+def test_even_step_cuts_evenly():
+    from hlgt.model.solver import even_step
+
+    assert [even_step(n, 64) for n in (1, 64, 65, 200, 256, 257)] == [1, 64, 33, 50, 64, 52]
 
 
 def test_save_load_same_predictions(tmp_path):
