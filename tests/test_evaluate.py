@@ -116,6 +116,7 @@ def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
     import torch
 
     from hlgt.data import collate as collate_module
+    from hlgt.train import evaluate as evaluate_module
     from hlgt.train.evaluate import predict
 
     rows = [{"id": str(i), "tokens": ["w"] * n} for i, n in enumerate([9, 2, 7, 1, 5, 3, 8])]
@@ -125,11 +126,19 @@ def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
         seen_batches.append([len(r["tokens"]) for r in chunk])
         return type("B", (), {"ids": [r["id"] for r in chunk], "to": lambda self, device: self})()
 
+    beam_batches = []
+
     class EchoSolver(torch.nn.Module):
-        def solve(self, batch, beam_size):
+        def solve(self, batch, beam_size, beam_batch):
+            beam_batches.append(beam_batch)
             return [[f"N{b}"] for b in batch.ids]  # the row's own id, to check placement
 
     monkeypatch.setattr(collate_module, "collate", fake_collate)
+    out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
+    assert out == [[f"N{i}"] for i in range(len(rows))]
+    assert seen_batches == [[1, 2, 3, 5, 7, 8, 9]] and beam_batches == [3]  # one encoder batch of up to 4 x 3
+    seen_batches.clear()
+    monkeypatch.setattr(evaluate_module, "ENCODE_BATCHES", 1)
     out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
     assert out == [[f"N{i}"] for i in range(len(rows))]
     assert seen_batches == [[1, 2, 3], [5, 7, 8], [9]]

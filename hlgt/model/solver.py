@@ -47,7 +47,7 @@ class Solver(nn.Module):
         self.encoder = Encoder(cfg, len(vocab.words))
         self.decoder = TreeDecoder(H, cfg.embedding_size, vocab.n_ops, len(vocab.constants), cfg.dropout)
         fused = H if cfg.encoder == "none" else 2 * H  # width of h_f (eq. 6); h_b for the GTS arm
-        self.comparison = Comparison(fused, H) if cfg.aux_task else None
+        self.comparison = Comparison(fused, H, cfg.comparison_init) if cfg.aux_task else None
         # Every parameter gets a gradient from every training batch (the decoder ties its idle
         # layers in), except in PyG's HGTConv / RGATConv, whose per-type weights a batch without
         # that node or edge type leaves out: data parallelism must then look for unused ones.
@@ -79,17 +79,34 @@ class Solver(nn.Module):
             raise ValueError(f"problems {ids} have a gold token outside the outputs or the problem's quantities")
 
     @torch.no_grad()
-    def solve(self, batch: Batch, beam_size: int | None = None) -> list[list[str]]:
-        """Prefix tokens (ops, constants, "N0".."Nk") per problem; [] if no expression can be formed."""
+    def solve(self, batch: Batch, beam_size: int | None = None, beam_batch: int | None = None) -> list[list[str]]:
+        """Prefix tokens (ops, constants, "N0".."Nk") per problem; [] if no expression can be formed.
+
+        ``beam_batch``: the encoder runs on the whole batch at once, the beam search on
+        consecutive slices of at most this many problems (None: all), as even as possible
+        (200 problems by 64: four slices of 50, not 64, 64, 64, 8), each trimmed to its
+        longest text. On the CPU the encoder's step-by-step products are more efficient over
+        more rows, while the beam search's attention tensors ([problems x beams, tokens, H])
+        outgrow the caches and pad every problem to the batch's longest text; callers that sort
+        problems by length get slices of similar lengths. A problem's output does not depend on
+        its batch-mates either way."""
         beam_size = self.cfg.beam_size if beam_size is None else beam_size
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        if beam_batch is not None and beam_batch < 1:
+            raise ValueError(f"beam_batch must be >= 1, got {beam_batch}")
         was_training = self.training
         self.eval()
         try:
             enc = self.encoder(batch, low_precision=self.cfg.bf16_inference)
-            ids = self.decoder.beam_search(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
-                                           beam_size=beam_size, max_len=self.cfg.max_output_len)
+            step = even_step(len(batch), beam_batch or len(batch))
+            ids = []
+            for start in range(0, len(batch), step):
+                rows = slice(start, start + step)
+                T = int(batch.lengths[rows].max())
+                ids += self.decoder.beam_search(enc.tokens[rows, :T], enc.mask[rows, :T], enc.problem[rows],
+                                                batch.num_pos[rows], batch.num_mask[rows],
+                                                beam_size=beam_size, max_len=self.cfg.max_output_len)
         finally:
             self.train(was_training)
         return [[self.vocab.output_token(i) for i in seq] for seq in ids]
@@ -124,3 +141,9 @@ class Solver(nn.Module):
         if isinstance(map_location, (str, torch.device)):
             solver.to(map_location)
         return solver
+
+
+def even_step(n: int, most: int) -> int:
+    """Size of the slices that cut n items into the fewest slices of at most ``most``, evenly."""
+    slices = -(-n // most)
+    return -(-n // slices)

@@ -37,6 +37,9 @@ import torch
 from hlgt.expr import ExprError, eval_prefix, prefix_to_infix, values_match
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
+# Decoding: the encoder runs on this many beam-search batches at once. Its CPU GRU steps are
+# products over one row per problem, which run faster over more rows; see ``Solver.solve``.
+ENCODE_BATCHES = 4
 
 
 def number_bucket(n_numbers: int) -> str:
@@ -156,21 +159,25 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
     """The solver's prefix equation for every row, in row order (eval mode, restored afterwards).
 
     Rows are decoded in order of text length, so a batch pads little (a problem's prediction does
-    not depend on its batch-mates), and put back in row order."""
+    not depend on its batch-mates), and put back in row order. The encoder runs on
+    ``ENCODE_BATCHES`` beam-search batches of ``batch_size`` problems at once (see
+    ``Solver.solve``'s ``beam_batch``)."""
     from hlgt.data.collate import collate
+    from hlgt.model.solver import even_step
 
     was_training = solver.training
     solver.eval()
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]["tokens"]))
     out: list[list[str]] = [[] for _ in rows]
+    step = even_step(len(order), ENCODE_BATCHES * batch_size) if order else 1
     try:
-        for start in range(0, len(order), batch_size):
-            chunk_ids = order[start:start + batch_size]
+        for start in range(0, len(order), step):
+            chunk_ids = order[start:start + step]
             chunk = [rows[i] for i in chunk_ids]
             batch = collate(chunk, vocab, variant=variant).to(device)
             if list(batch.ids) != [str(r["id"]) for r in chunk]:
                 raise RuntimeError("collate reordered or dropped evaluation rows; evaluation needs every row in order")
-            for i, p in zip(chunk_ids, solver.solve(batch, beam_size=beam_size)):
+            for i, p in zip(chunk_ids, solver.solve(batch, beam_size=beam_size, beam_batch=batch_size)):
                 out[i] = list(p)
     finally:
         solver.train(was_training)
