@@ -136,7 +136,7 @@ def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
     monkeypatch.setattr(collate_module, "collate", fake_collate)
     out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
     assert out == [[f"N{i}"] for i in range(len(rows))]
-    assert seen_batches == [[1, 2, 3, 5, 7, 8, 9]] and beam_batches == [3]  # one encoder batch of up to 4 x 3
+    assert seen_batches == [[1, 2, 3, 5, 7, 8, 9]] and beam_batches == [6]  # one encoder batch of up to 4 x 3
     seen_batches.clear()
     monkeypatch.setattr(evaluate_module, "ENCODE_BATCHES", 1)
     out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)

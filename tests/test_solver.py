@@ -165,6 +165,33 @@ def test_batched_equals_separate():
     assert model.solve(batch, beam_batch=2) == model.solve(batch)  # beam search in slices of 2 and 1
 
 
+def test_beam_slices_on_parallel_threads_match_one_thread():
+    from hlgt.model import solver as solver_module
+
+    model = solver(encoder="none").eval()
+    batch = collate(make_rows(9, 3), VOCAB)
+    threads = torch.get_num_threads()
+    calls = []
+    real = solver_module.ThreadPoolExecutor
+
+    class Recording(real):
+        def __init__(self, max_workers):
+            calls.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    try:
+        torch.set_num_threads(1)
+        alone = model.solve(batch, beam_batch=2)
+        torch.set_num_threads(3)
+        solver_module.ThreadPoolExecutor = Recording
+        together = model.solve(batch, beam_batch=2)  # five slices, three at a time
+        assert torch.get_num_threads() == 3  # restored after the searches
+    finally:
+        solver_module.ThreadPoolExecutor = real
+        torch.set_num_threads(threads)
+    assert together == alone and calls == [3]
+
+
 @pytest.mark.parametrize("encoder", ["none", "hlgt"])
 def test_solve_returns_valid_prefixes(encoder):
     rows = make_rows(24, 4)

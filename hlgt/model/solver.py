@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,9 @@ class Solver(nn.Module):
         longest text. On the CPU the encoder's step-by-step products are more efficient over
         more rows, while the beam search's attention tensors ([problems x beams, tokens, H])
         outgrow the caches and pad every problem to the batch's longest text; callers that sort
-        problems by length get slices of similar lengths. A problem's output does not depend on
-        its batch-mates either way."""
+        problems by length get slices of similar lengths. With several torch threads on the CPU
+        the slices are searched side by side, one thread each (``_map_on_cpu_threads``). A
+        problem's output does not depend on its batch-mates either way."""
         beam_size = self.cfg.beam_size if beam_size is None else beam_size
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -100,13 +102,15 @@ class Solver(nn.Module):
         try:
             enc = self.encoder(batch, low_precision=self.cfg.bf16_inference)
             step = even_step(len(batch), beam_batch or len(batch))
-            ids = []
-            for start in range(0, len(batch), step):
-                rows = slice(start, start + step)
+            slices = [slice(start, start + step) for start in range(0, len(batch), step)]
+
+            def search(rows: slice) -> list[list[int]]:
                 T = int(batch.lengths[rows].max())
-                ids += self.decoder.beam_search(enc.tokens[rows, :T], enc.mask[rows, :T], enc.problem[rows],
+                return self.decoder.beam_search(enc.tokens[rows, :T], enc.mask[rows, :T], enc.problem[rows],
                                                 batch.num_pos[rows], batch.num_mask[rows],
                                                 beam_size=beam_size, max_len=self.cfg.max_output_len)
+
+            ids = [seq for part in _map_on_cpu_threads(search, slices, enc.tokens.device) for seq in part]
         finally:
             self.train(was_training)
         return [[self.vocab.output_token(i) for i in seq] for seq in ids]
@@ -147,3 +151,22 @@ def even_step(n: int, most: int) -> int:
     """Size of the slices that cut n items into the fewest slices of at most ``most``, evenly."""
     slices = -(-n // most)
     return -(-n // slices)
+
+
+def _map_on_cpu_threads(fn, items: list, device: torch.device) -> list:
+    """``[fn(x) for x in items]``; on the CPU with N > 1 torch threads, up to N items at a time,
+    each on its own Python thread with one torch thread (restored afterwards).
+
+    Why: a beam search is hundreds of small operations per step, which torch does not spread over
+    threads (measured on 2 cores: a beam search takes about as long with 2 threads as with 1),
+    while independent searches run side by side (the same decoding ~20% faster in all). The
+    operations release the GIL; each search sets its own no-grad mode (thread-local)."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads < 2 or len(items) < 2:
+        return [fn(x) for x in items]
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
