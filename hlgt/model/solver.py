@@ -13,7 +13,8 @@
 
 ``solve(batch)`` beam-searches (``model.beam_size``, ``model.max_output_len``) in eval mode and
 returns prefix tokens (with ``model.bf16_inference``, the encoder's CPU GRUs multiply in
-bfloat16). ``save``/``load`` write and read a folder that rebuilds the model alone:
+bfloat16); with ``beam_batch`` the search runs over slices of the encoded batch, side by side on
+the CPU's torch threads. ``save``/``load`` write and read a folder that rebuilds the model alone:
 ``config.json`` (the flat ``model.*`` keys plus the caller's extras), ``vocab.json`` and
 ``model.pt`` (a state_dict that ``torch.load(weights_only=True)`` reads). The model never moves
 itself to a device except through ``load``'s ``map_location``.
