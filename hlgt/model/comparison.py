@@ -26,8 +26,8 @@ INITS = ("uniform", "zeros")
 
 class Comparison(nn.Module):
     """``init``: "uniform" draws U_s as nn.Bilinear does (±1/sqrt(F)) and W_s, b_s as nn.Linear;
-    over unit-scale 2H-dim features that gives initial logits of standard deviation ~F/55 (about
-    18 at F = 1024), so the first batches' loss is large. "zeros" starts every pair's logit at 0,
+    over unit-scale F-dim features that gives initial logits of standard deviation sqrt(F/3)
+    (about 18 at F = 2H = 1024). "zeros" starts every pair's logit at 0,
     as Dozat & Manning's biaffine classifier does (and SuPar, Stanza): U_s, W_s and b_s zero."""
 
     def __init__(self, fused_size: int, base_size: int, init: str = "uniform"):
