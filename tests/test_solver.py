@@ -117,7 +117,7 @@ def test_comparison_labels_and_loss():
     values = torch.tensor([[3.0, 1.0, 3.00001, 0.0]])
     labels = Comparison.labels(values)[0]
     assert labels.tolist() == [[1, 1, 1, 1], [0, 1, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1]]
-    head = Comparison(6, 4)
+    head = Comparison(6, 4, init="uniform")
     with torch.no_grad():
         head.U.zero_()
         head.linear.weight.zero_()
@@ -145,11 +145,11 @@ def test_comparison_zero_init_starts_at_one_half_and_learns():
     assert abs(loss.item() - np.log(2)) < 1e-6
     loss.backward()
     assert head.U.grad.abs().sum() > 0 and head.linear.weight.grad.abs().sum() > 0
-    assert Comparison(6, 4).U.abs().sum() > 0  # the default draws U as nn.Bilinear does
+    assert Comparison(6, 4, init="uniform").U.abs().sum() > 0  # nn.Bilinear's draw
     with pytest.raises(ValueError, match="comparison_init"):
         Comparison(6, 4, init="xavier")
-    model = solver(encoder="hlgt", aux_task=True, comparison_init="zeros")
-    assert model.comparison.U.abs().sum() == 0
+    assert solver(encoder="hlgt", aux_task=True).comparison.U.abs().sum() == 0  # the default
+    assert solver(encoder="hlgt", aux_task=True, comparison_init="uniform").comparison.U.abs().sum() > 0
 
 
 def test_batched_equals_separate():
