@@ -59,6 +59,13 @@ def _gated(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(value) * torch.sigmoid(gate)
 
 
+def _children(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GenerateNode's left and right child vectors from its stacked layer output
+    [..., 4H] = generate_l | generate_lg | generate_r | generate_rg -> ([..., H], [..., H])."""
+    left, right = x.chunk(2, dim=-1)
+    return _gated(left), _gated(right)
+
+
 def _affine_of_tanh(sig2a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``weight . tanh(a) + bias`` from ``sigmoid(2a)`` [..., H], weight [1, H] -> [...]:
     tanh(a) = 2 sigmoid(2a) - 1, so the affine map folds into the weights."""
@@ -295,8 +302,7 @@ class TreeDecoder(nn.Module):
         """GenerateNode: the left and right child node vectors of operators. -> ([n, H], [n, H])"""
         label = self.op_embedding(op_ids)  # [n, E]
         x = torch.cat([self.dropout(goal), self.dropout(context), self.dropout(label)], -1)
-        left, left_gate, right, right_gate = self.generate(x).chunk(4, -1)
-        return torch.tanh(left) * torch.sigmoid(left_gate), torch.tanh(right) * torch.sigmoid(right_gate)
+        return _children(self.generate(x))
 
     def _operator_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Eval mode: the operator label's part of GenerateNode's and Merge's layers, per operator
@@ -314,9 +320,7 @@ class TreeDecoder(nn.Module):
         H = self.hidden_size
         distinct, inverse = torch.unique(parent, return_inverse=True)
         shared = F.linear(torch.cat([goal[distinct], context[distinct]], -1), self.generate.weight[:, : 2 * H])  # [u, 4H]
-        x = shared[inverse] + generate_table[op_ids]  # [m, 4H]
-        left, left_gate, right, right_gate = x.chunk(4, -1)
-        return torch.tanh(left) * torch.sigmoid(left_gate), torch.tanh(right) * torch.sigmoid(right_gate)
+        return _children(shared[inverse] + generate_table[op_ids])  # from [m, 4H]
 
     def _looked_up_merge(self, op_ids, left_tree, right_tree, merge_table):
         """``merge_tree`` (eval mode) with the label's part looked up in ``merge_table``. -> [n, H]"""

@@ -325,9 +325,11 @@ def train(
                 out = model(batch)
                 opt.zero_grad(set_to_none=True)
                 out["loss"].backward()
-                # The norm is taken after data parallelism's all-reduce, so every rank clips alike.
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    solver.parameters(), cfg.train.grad_clip if cfg.train.grad_clip > 0 else math.inf)
+                # The norm is taken after data parallelism's all-reduce, so every rank clips alike;
+                # without clipping it is only measured (no pass that rescales every gradient by 1).
+                grads = [p.grad for p in solver.parameters() if p.grad is not None]
+                grad_norm = (torch.nn.utils.clip_grad_norm_(solver.parameters(), cfg.train.grad_clip)
+                             if cfg.train.grad_clip > 0 else torch.nn.utils.get_total_norm(grads))
                 grad_norm_max = max(grad_norm_max, float(grad_norm))
                 opt.step()
                 n = len(batch)
