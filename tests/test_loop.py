@@ -37,6 +37,12 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     assert [m[C.EPOCH] for m in result.history] == [1, 2]
     for m in result.history:
         assert m[C.TRAIN_LOSS] > 0 and 0.0 <= m[C.VAL_VALUE_ACC] <= 1.0 and m[C.TRAIN_PROBLEMS_PER_S] > 0
+        # Per-part gradient norms (each at most the global one) and activation scales, every epoch.
+        parts = [m[C.grad_norm_metric(p)] for p in C.MODEL_PARTS]
+        assert all(0 < n <= m[C.TRAIN_GRAD_NORM_MAX] * (1 + 1e-6) for n in parts)
+        assert m[C.TRAIN_GRAD_NORM_MAX] <= (sum(n * n for n in parts) ** 0.5) * (1 + 1e-6)
+        assert all(m[C.scale_metric(a)] > 0 for a in C.ACTIVATIONS)
+        assert m[C.VAL_TREE_LOSS] > 0  # teacher-forced on validation, every evaluated epoch
     assert result.history[1][C.LR] == pytest.approx(0.5 * result.history[0][C.LR])  # StepLR(1, 0.5)
     assert set(result.metrics) >= {C.VAL_VALUE_ACC, C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC, C.EPOCH}
     assert result.metrics[C.EPOCH] == 2
@@ -58,6 +64,17 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     assert json.loads((run / "results.json").read_text()) == result.metrics
     metrics_log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m.get(C.EPOCH) for m in metrics_log] == [1, 2, 2]  # two epochs, then the final report
+    assert metrics_log[0][C.grad_norm_metric("graph")] == result.history[0][C.grad_norm_metric("graph")]
+
+
+def test_the_gts_arm_reports_its_own_parts(shards, tmp_path, capsys):
+    result = loop.train(tiny(**{"model.encoder": "none", "model.aux_task": False, "train.epochs": 1}), shards,
+                        run_dir=tmp_path / "r", evaluate_test=False)
+    m = result.history[0]
+    assert {p for p in C.MODEL_PARTS if C.grad_norm_metric(p) in m} == {"embedding", "word_gru", "decoder"}
+    assert {a for a in C.ACTIVATIONS if C.scale_metric(a) in m} == {"h_b", "memory"}
+    assert m[C.scale_metric("h_b")] == m[C.scale_metric("memory")]  # the GTS memory is h_b
+    assert "grad norm max by part: embedding" in capsys.readouterr().out
 
 
 def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):

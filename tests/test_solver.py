@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hlgt.config import ModelConfig
+from hlgt.config import ACTIVATIONS, MODEL_PARTS, ModelConfig
 from hlgt.data.collate import collate
 from hlgt.data.graph import Graph, line_graph
 from hlgt.data.numbers import Example, Quantity
@@ -93,12 +93,34 @@ def test_forward_losses(encoder):
     model = solver(encoder=encoder)
     batch = collate(make_rows(5, 1), VOCAB)
     out = model(batch)
+    scales = out.pop("scales")
     assert set(out) == {"loss", "tree_loss", "com_loss"}
     assert all(v.shape == () and torch.isfinite(v) for v in out.values())
+    # Activation scales: the std over real tokens, detached; h_seq and h_str are the halves of h_f.
+    assert set(scales) == ({"h_b", "memory"} if encoder == "none" else {"h_b", "h_seq", "h_str", "memory"})
+    assert set(scales) <= set(ACTIVATIONS) and not any(v.requires_grad for v in scales.values())
+    model.eval()
+    enc = model.encoder(batch)
+    scales = model(batch)["scales"]
+    assert scales["h_b"].item() == pytest.approx(enc.h_b[enc.mask].std().item(), rel=1e-4)
+    if encoder != "none":
+        assert scales["h_str"].item() == pytest.approx(enc.h_f[..., 32:][enc.mask].std().item(), rel=1e-4)
+    model.train()
+    out = model(batch)
     assert torch.allclose(out["loss"], out["tree_loss"] + model.cfg.beta_com * out["com_loss"])
     assert out["com_loss"] > 0
     out["loss"].backward()
     assert model.comparison.U.grad.abs().sum() > 0 and model.decoder.generate.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kw", [dict(encoder="none", aux_task=False), dict(encoder="hlgt"), dict(encoder="rgat")])
+def test_parts_hold_every_parameter_once(kw):
+    model = solver(**kw)
+    parts = model.parts()
+    assert list(parts) == [p for p in MODEL_PARTS if p in parts]
+    held = [id(p) for ps in parts.values() for p in ps]
+    assert sorted(held) == sorted(id(p) for p in model.parameters())
+    assert ("graph" in parts) == (kw["encoder"] != "none")
 
 
 def test_no_aux_task_zero_weights_the_comparison():

@@ -91,6 +91,11 @@ def _target_ids(prefix: Any, vocab: Vocab) -> list[int]:
     return [] if any(i is None for i in ids) else ids
 
 
+def trainable(row: Mapping[str, Any], vocab: Vocab) -> bool:
+    """Whether the row's gold prefix is one the decoder can be trained towards with this vocab."""
+    return bool(_target_ids(row["prefix"], vocab))
+
+
 def collate(
     rows: Sequence[Mapping[str, Any]],
     vocab: Vocab,

@@ -53,6 +53,22 @@ class EncoderOutput:
     problem: Tensor  # [B, H] GTS problem vector (final forward + final backward state)
     mask: Tensor     # [B, T] True on real tokens
 
+    def scales(self) -> dict[str, Tensor]:
+        """Standard deviation of each activation's elements over the real tokens, detached, with no
+        host synchronisation: h_b, h_seq and h_str (graph arms: the two halves of h_f) and the
+        decoder memory."""
+        acts = {"h_b": self.h_b, "memory": self.tokens}
+        if self.h_f.size(-1) == 2 * self.h_b.size(-1):
+            acts["h_seq"], acts["h_str"] = self.h_f.chunk(2, dim=-1)
+        m = self.mask.unsqueeze(-1).to(self.h_b.dtype)                           # [B, T, 1]
+        out = {}
+        for name, x in acts.items():
+            x = x.detach()
+            n = m.sum() * x.size(-1)
+            mean = (x * m).sum() / n
+            out[name] = (((x - mean) * m).square().sum() / (n - 1).clamp(min=1)).sqrt()
+        return out
+
 
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int):

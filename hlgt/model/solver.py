@@ -1,6 +1,7 @@
 """Stage 9: the solver, Encoder + TreeDecoder + Comparison behind one ``Batch`` interface.
 
-``forward(batch)`` returns the training losses (paper eq. 10):
+``forward(batch)`` returns the training losses (paper eq. 10) and the encoder's activation scales
+(``EncoderOutput.scales``):
 
     loss = tree_loss + beta_com * com_loss
 
@@ -65,7 +66,16 @@ class Solver(nn.Module):
             com = tree.new_zeros(())
         else:
             com = self.comparison.loss(enc.h_f, enc.h_b, batch.num_pos, batch.num_mask, batch.num_values)
-        return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com}
+        return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com, "scales": enc.scales()}
+
+    def parts(self) -> dict[str, list[nn.Parameter]]:
+        """The model's parameters by part (``hlgt.config.MODEL_PARTS``), for per-part gradient norms;
+        a part the model lacks (the GTS arm's graph layers) is absent."""
+        modules = {"embedding": self.encoder.embedding, "word_gru": self.encoder.word_gru,
+                   "seq_gru": getattr(self.encoder, "seq_gru", None), "graph": getattr(self.encoder, "graph", None),
+                   "fusion": getattr(self.encoder, "fuse", None), "decoder": self.decoder,
+                   "comparison": self.comparison}
+        return {name: list(m.parameters()) for name, m in modules.items() if m is not None}
 
     def _check_targets(self, batch: Batch) -> None:
         """Every problem needs a gold prefix whose slots exist in it (structure: ``tree_plan``)."""

@@ -187,6 +187,27 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
     return out
 
 
+@torch.no_grad()
+def tree_loss_sum(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, batch_size: int,
+                  device: torch.device | str = "cpu") -> tuple[float, int]:
+    """The teacher-forced tree loss in eval mode, summed over problems (each batch's per-token
+    mean weighted by its problems, as training reports it), and the number of problems: rows
+    without a gold equation the decoder can be trained towards are left out."""
+    from hlgt.data.collate import collate, trainable
+
+    was_training = solver.training
+    solver.eval()
+    kept = [r for r in rows if trainable(r, vocab)]
+    total = 0.0
+    try:
+        for start in range(0, len(kept), batch_size):
+            chunk = kept[start:start + batch_size]
+            total += float(solver(collate(chunk, vocab, variant=variant).to(device))["tree_loss"]) * len(chunk)
+    finally:
+        solver.train(was_training)
+    return total, len(kept)
+
+
 def evaluate(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
              batch_size: int, device: torch.device | str = "cpu") -> tuple[Report, list[Scored]]:
     """Predict and score every row: the one evaluation used for validation, test and benchmarks."""

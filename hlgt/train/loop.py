@@ -187,13 +187,55 @@ class LocalReporter:
             publish(self.checkpoint, self.run_dir)
 
 
+class EpochStats:
+    """One epoch's training statistics, accumulated on the device without a host synchronisation
+    per step: problem-weighted losses, each model part's and the whole model's largest gradient
+    norm, and the mean of each activation scale (``Solver.forward``'s ``scales``)."""
+
+    def __init__(self, parts: Mapping[str, list[nn.Parameter]], device: torch.device) -> None:
+        self.parts = parts
+        self.losses = torch.zeros(4, dtype=torch.float64, device=device)  # loss, tree, com, problems
+        self.norm_max = torch.zeros(1 + len(parts), device=device)       # whole model, then each part
+        self.scales: dict[str, torch.Tensor] = {}
+        self.batches = 0
+
+    def step(self, out: Mapping[str, Any], n: int) -> torch.Tensor:
+        """Record one batch after its backward pass; returns the gradient's global norm."""
+        self.losses += torch.stack([out["loss"].detach(), out["tree_loss"].detach(), out["com_loss"].detach(),
+                                    torch.ones_like(out["loss"])]).double() * n
+        for name, value in out["scales"].items():
+            self.scales[name] = self.scales.get(name, 0) + value
+        self.batches += 1
+        grads = [[p.grad for p in ps if p.grad is not None] for ps in self.parts.values()]
+        norms = torch.stack([torch.nn.utils.get_total_norm(g) if g else self.norm_max.new_zeros(())
+                             for g in grads])                                   # [parts]
+        total = torch.linalg.vector_norm(norms)
+        self.norm_max = torch.maximum(self.norm_max, torch.cat([total[None], norms]))
+        return total
+
+    def sums(self) -> torch.Tensor:
+        """[loss, tree, com] summed over problems, then the number of problems (float64, CPU)."""
+        return self.losses.cpu()
+
+    def norms_and_scales(self) -> dict[str, float]:
+        norm_max = self.norm_max.tolist()
+        metrics = {C.TRAIN_GRAD_NORM_MAX: norm_max[0],
+                   **{C.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
+        for name, total in self.scales.items():
+            metrics[C.scale_metric(name)] = float(total) / max(self.batches, 1)
+        return metrics
+
+
 def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
     val = (f" | val value {100 * m[C.VAL_VALUE_ACC]:.1f}% eq {100 * m[C.VAL_EQUATION_ACC]:.1f}%"
-           if evaluated else "")
+           + (f" tree loss {m[C.VAL_TREE_LOSS]:.4f}" if C.VAL_TREE_LOSS in m else "") if evaluated else "")
+    parts = " ".join(f"{p} {m[C.grad_norm_metric(p)]:.3g}" for p in C.MODEL_PARTS if C.grad_norm_metric(p) in m)
+    scales = " ".join(f"{a} {m[C.scale_metric(a)]:.3g}" for a in C.ACTIVATIONS if C.scale_metric(a) in m)
     return (f"epoch {epoch}/{epochs} | loss {m[C.TRAIN_LOSS]:.4f} (tree {m[C.TRAIN_TREE_LOSS]:.4f} "
             f"com {m[C.TRAIN_COM_LOSS]:.4f}) | grad norm max {m[C.TRAIN_GRAD_NORM_MAX]:.3g} | lr {m[C.LR]:.2e} | "
             f"{m[C.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
-            f"{val} | {seconds:.1f}s")
+            f"{val} | {seconds:.1f}s\n"
+            f"    grad norm max by part: {parts} | activation scale: {scales}")
 
 
 def train(
@@ -262,6 +304,7 @@ def train(
     else:
         best_weights = copy.deepcopy(solver.state_dict())
     model = rt.wrap_model(solver) if rt.wrap_model else solver
+    parts = solver.parts()
 
     eval_cache: dict[str, list[dict]] = {}
 
@@ -308,6 +351,16 @@ def train(
             predictions[r::rt.world_size] = part
         return E.score_predictions(split_rows, predictions)[0]
 
+    def validation_loss(net: nn.Module) -> float | None:
+        """The teacher-forced tree loss on validation (every rank its slice, summed over ranks)."""
+        mine = rows("valid")[rt.rank::rt.world_size]
+        total, n = E.tree_loss_sum(net, mine, vocab, variant=variant, batch_size=cfg.train.batch_size,
+                                   device=rt.device)
+        sums = torch.tensor([total, n], dtype=torch.float64)
+        if rt.all_reduce is not None:
+            sums = rt.all_reduce(sums)
+        return float(sums[0] / sums[1]) if sums[1] > 0 else None
+
     tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
                              name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
                              directory=wandb_dir or run_dir or tempfile.gettempdir())
@@ -317,26 +370,21 @@ def train(
         for epoch in range(state["epoch"] + 1, epochs + 1):
             started = time.perf_counter()
             model.train()
-            sums = torch.zeros(4, dtype=torch.float64)  # loss, tree, com (problem-weighted), problems
-            grad_norm_max = 0.0
+            stats = EpochStats(parts, rt.device)
             lr = opt.param_groups[0]["lr"]
             for batch in train_batches(epoch):
                 batch = batch.to(rt.device)
                 out = model(batch)
                 opt.zero_grad(set_to_none=True)
                 out["loss"].backward()
-                # The norm is taken after data parallelism's all-reduce, so every rank clips alike;
-                # without clipping it is only measured (no pass that rescales every gradient by 1).
-                grads = [p.grad for p in solver.parameters() if p.grad is not None]
-                grad_norm = (torch.nn.utils.clip_grad_norm_(solver.parameters(), cfg.train.grad_clip)
-                             if cfg.train.grad_clip > 0 else torch.nn.utils.get_total_norm(grads))
-                grad_norm_max = max(grad_norm_max, float(grad_norm))
+                # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
+                norm = stats.step(out, len(batch))
+                if cfg.train.grad_clip > 0:
+                    torch.nn.utils.clip_grads_with_norm_(solver.parameters(), cfg.train.grad_clip, norm)
                 opt.step()
-                n = len(batch)
-                sums += torch.tensor([out["loss"].item() * n, out["tree_loss"].item() * n,
-                                      out["com_loss"].item() * n, n], dtype=torch.float64)
             sched.step()
             elapsed = time.perf_counter() - started
+            sums = stats.sums()
             # Time budget: every rank votes, so that all stop after the same epoch.
             out_of_time = cfg.train.max_minutes > 0 and time.perf_counter() - run_started >= 60 * cfg.train.max_minutes
             sums = torch.cat([sums, torch.tensor([float(out_of_time)], dtype=torch.float64)])
@@ -350,11 +398,12 @@ def train(
                 raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
             metrics = {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
                        C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
-                       C.TRAIN_GRAD_NORM_MAX: grad_norm_max,  # equal on every rank: gradients are all-reduced
-                       C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9)}
+                       C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
+                       **stats.norms_and_scales()}  # norms equal on every rank: gradients are all-reduced
             last = epoch == epochs or out_of_time
             evaluating = epoch == 1 or last or epoch % max(cfg.train.eval_every, 1) == 0  # the same on every rank
             report_ = validate(solver) if evaluating else None
+            val_loss = validation_loss(solver) if evaluating else None
             evaluated = main and evaluating
             if evaluated:
                 if report_ is None:  # no validation split: the last epoch is the one kept
@@ -370,6 +419,8 @@ def train(
             # Every report carries validation metrics (the latest evaluation) so that schedulers and
             # checkpoint ranking always find them.
             metrics.update(state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
+            if val_loss is not None:
+                metrics[C.VAL_TREE_LOSS] = val_loss
             state["epoch"] = epoch
             state["history"].append(metrics)
             log(_progress(epoch, epochs, metrics, evaluated, time.perf_counter() - started))

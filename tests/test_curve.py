@@ -1,0 +1,49 @@
+"""hlgt.train.curve runs end to end on the sample data: every arm, every epoch, every diagnostic
+column (the curves themselves are measurements for BENCHMARKS.md, never asserted)."""
+import json
+
+import pytest
+
+from hlgt import config as C
+from hlgt.train.curve import main, parse_arms
+
+TINY = ["--dataset", "sample", "--limit", "40", "--val-limit", "6", "--epochs", "2", "--threads", "1",
+        "--set", "model.hidden_size=16", "--set", "model.embedding_size=8", "--set", "model.heads=2",
+        "--set", "model.layers=1", "--set", "model.beam_size=2", "--set", "train.batch_size=16"]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_curve_trains_the_arms_side_by_side(tmp_path, capfd, monkeypatch, jobs):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))  # shards built under tmp_path
+    out_dir = tmp_path / "curve"
+    assert main([*TINY, "--arms", "gts,full+model.beta_com=0.5", "--jobs", jobs, "--out", str(out_dir)]) == 0
+    out = capfd.readouterr().out  # the arms' processes print to the same file descriptor
+    assert "the first 40 training and 6 validation problems" in out
+    assert "[gts] epoch 2/2" in out and "[full+model.beta_com=0.5] epoch 2/2" in out
+    table = [line for line in out.splitlines() if line.startswith("| 1 | ") or line.startswith("| 2 | ")]
+    assert len(table) == 4 + 2  # two arms x two epochs, then two rows of the side-by-side curves
+    saved = json.loads((out_dir / "curve.json").read_text())
+    histories = saved["histories"]
+    assert list(histories) == ["gts", "full+model.beta_com=0.5"]
+    for arm, history in histories.items():
+        assert [m[C.EPOCH] for m in history] == [1, 2]
+        for m in history:
+            assert 0 <= m[C.VAL_VALUE_ACC] <= 1 and m[C.VAL_TREE_LOSS] > 0 and m[C.TRAIN_GRAD_NORM_MAX] > 0
+            assert m[C.grad_norm_metric("decoder")] > 0 and m[C.scale_metric("h_b")] > 0
+    assert C.grad_norm_metric("graph") not in histories["gts"][0]
+    assert histories["full+model.beta_com=0.5"][0][C.grad_norm_metric("graph")] > 0
+    assert json.loads((out_dir / "full_model.beta_com_0.5" / "checkpoint" / "config.json").read_text())[
+        "model.beta_com"] == 0.5
+    assert (out_dir / "curve.md").read_text().count("\n| 2 |") == 3
+
+
+def test_arms_are_checked_before_any_work():
+    assert parse_arms("gts, full+train.grad_clip=5") == ["gts", "full+train.grad_clip=5"]
+    assert parse_arms("all") == list(C.ABLATIONS)
+    with pytest.raises(ValueError, match="unknown ablation arm"):
+        parse_arms("gts,nope")
+    with pytest.raises(ValueError, match="twice"):
+        parse_arms("gts,gts")
+    with pytest.raises(SystemExit, match="unknown config keys"):
+        main([*TINY, "--arms", "full+model.nope=1"])
