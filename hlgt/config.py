@@ -53,7 +53,7 @@ class ModelConfig:
     layers: int = 2
     dropout: float = 0.5
     beta_com: float = 0.1
-    comparison_init: str = "zeros"  # zeros (Dozat & Manning's biaffine starts at 0) | uniform (nn.Bilinear's; the default until 2026-11-26)
+    comparison_init: str = "zeros"  # zeros (Dozat & Manning's biaffine starts at 0) | uniform (nn.Bilinear's draw)
     beam_size: int = 5
     max_output_len: int = 45
     bf16_inference: bool = False  # decoding only: the encoder's CPU GRUs multiply in bfloat16 (~1.3x decoding; CUDA keeps cuDNN float32)

@@ -53,7 +53,8 @@ def lgc(seed=0):
 
 
 def literal_eq4(conv: HLGTConv, x, edge_index, node_type, z):
-    """Eq. 4 node by node, edge by edge, straight from the paper."""
+    """Eq. 4 node by node, edge by edge, straight from the paper (with the query and the
+    edge-modulated key normalised per head)."""
     d, M = conv.channels, conv.heads
     D = d // M
     t_of = node_type if conv.num_node_types > 1 else torch.zeros_like(node_type)
@@ -65,13 +66,13 @@ def literal_eq4(conv: HLGTConv, x, edge_index, node_type, z):
         incoming = (edge_index[1] == i).nonzero().view(-1).tolist()
         h_tilde = torch.zeros(d, dtype=x.dtype)
         if incoming:
-            q = (x[i] @ w_q).view(M, D)
+            q = F.layer_norm((x[i] @ w_q).view(M, D), (D,))                      # QK-norm, per head
             scores, values = [], []
             for e in incoming:
                 j, tj = int(edge_index[0, e]), int(t_of[edge_index[0, e]])
                 k = (x[j] @ conv.w_qkv[tj][:, d:2 * d]) * (psi_w @ z[e])
                 v = (x[j] @ conv.w_qkv[tj][:, 2 * d:]) * (phi_w @ z[e])
-                scores.append((q * k.view(M, D)).sum(-1) / math.sqrt(D))
+                scores.append((q * F.layer_norm(k.view(M, D), (D,))).sum(-1) / math.sqrt(D))
                 values.append(v.view(M, D))
             a = torch.softmax(torch.stack(scores), dim=0)                         # [deg, M]
             h_tilde = (a.unsqueeze(-1) * torch.stack(values)).sum(0).reshape(d)
@@ -239,3 +240,18 @@ def test_type_groups_equal_gathered_weights():
     expected = torch.bmm(x.unsqueeze(1), w[types]).squeeze(1)
     torch.testing.assert_close(TypeGroups(types, 7).linear(x, w), expected)
     torch.testing.assert_close(TypeGroups(types, 1).linear(x, w[:1]), x @ w[0])
+
+
+def test_scores_do_not_grow_with_the_projections():
+    """QK-norm: scaling W_q, W_k or psi up leaves the attention as it is, so Adam cannot saturate
+    the softmax by growing them (the literal eq. 4 scores grow with the product of all three)."""
+    g = random_graph(3, 9, 20)
+    conv = hlgt()
+    args = (g["x"], g["edge_index"], g["node_type"], g["z"])
+    _, before = conv(*args, return_attention=True)
+    d = conv.channels
+    with torch.no_grad():
+        conv.w_qkv[:, :, : 2 * d] *= 50.0
+        conv.psi_phi.weight[:d] *= 50.0
+    _, after = conv(*args, return_attention=True)
+    assert torch.allclose(before, after, atol=1e-3)  # up to LayerNorm's epsilon

@@ -154,8 +154,24 @@ def test_comparison_labels_and_loss():
     logits = head(h_f, h_b, num_pos)
     for i, j in [(0, 1), (2, 0), (1, 1)]:
         qi, qj = num_pos[0, i], num_pos[0, j]
-        manual = h_f[0, qi] @ head.U @ h_f[0, qj] + head.linear(torch.cat([h_b[0, qi], h_b[0, qj]]))[0]
+        u_s = head.U / 6  # stored as F * U_s
+        manual = h_f[0, qi] @ u_s @ h_f[0, qj] + head.linear(torch.cat([h_b[0, qi], h_b[0, qj]]))[0]
         assert torch.allclose(logits[0, i, j], manual, atol=1e-5)
+    # nn.Bilinear's draw of U_s itself: ±1/sqrt(F)
+    assert 0.3 < (head.U / 6).abs().max().item() <= 1 / np.sqrt(6)
+
+
+def test_one_adam_step_moves_a_comparison_logit_as_a_linear_layer_would():
+    """Stored as F * U_s, the biaffine term's first Adam step over F = 1024 unit-scale features
+    moves the logits by about lr * F, not lr * F^2 (as a plain U_s does)."""
+    torch.manual_seed(0)
+    head = Comparison(1024, 4, init="zeros")
+    h_f, h_b = torch.randn(1, 4, 1024), torch.zeros(1, 4, 4)
+    num_pos, num_mask = torch.tensor([[0, 1, 2, 3]]), torch.ones(1, 4, dtype=torch.bool)
+    opt = torch.optim.Adam([head.U], lr=1e-3)
+    head.loss(h_f, h_b, num_pos, num_mask, torch.tensor([[1.0, 2.0, 3.0, 4.0]])).backward()
+    opt.step()
+    assert head(h_f, h_b, num_pos).abs().max() < 5.0
 
 
 def test_comparison_zero_init_starts_at_one_half_and_learns():
@@ -256,6 +272,10 @@ def test_save_load_same_predictions(tmp_path):
         model.save(tmp_path / "x", extra={"model.hidden_size": 8})
     with pytest.raises(FileNotFoundError, match="missing"):
         Solver.load(tmp_path / "nothing")
+    del flat["weights_format"]  # a folder saved before the format was recorded
+    (tmp_path / "m" / "config.json").write_text(json.dumps(flat))
+    with pytest.raises(ValueError, match="format 1.*retrain"):
+        Solver.load(tmp_path / "m")
 
 
 def test_bad_targets_are_named():

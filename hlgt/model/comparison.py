@@ -6,7 +6,11 @@ value(q1) >= value(q2):
     Biaffine(q1, q2) = h_f[q1] U_s h_f[q2]^T + [h_b[q1]; h_b[q2]] W_s + b_s,   p = sigmoid(Biaffine)
 
 with h_f the fused encoder output (eq. 6) and h_b the word BiGRU output (eq. 3) at each
-quantity's token. Eq. 9 as printed averages the probabilities p over the K x K pairs, which has
+quantity's token. U_s is stored as F * U_s (F = width of h_f): the same function, trained at a
+step F times smaller. Adam moves every one of U_s's F x F entries by about the learning rate per
+step, all in the direction of the gradient's outer product of features, so a plain U_s moves a
+logit by lr * |h_f|_1^2 (hundreds at F = 1024) in one step; stored as F * U_s, by about lr * F
+times the features' mean square, as a linear layer's logit moves. Eq. 9 as printed averages the probabilities p over the K x K pairs, which has
 no label in it; what it means, and what is trained here, is the binary cross-entropy of p against
 the label y = 1 if value(q1) >= value(q2) else 0, averaged over the K x K ordered pairs of a
 problem (the diagonal included, label 1), then over the problems of the batch that have at least
@@ -37,7 +41,7 @@ class Comparison(nn.Module):
         if init not in INITS:
             raise ValueError(f"model.comparison_init must be one of {INITS}, got {init!r}")
         self.init = init
-        self.U = nn.Parameter(torch.empty(fused_size, fused_size))  # U_s
+        self.U = nn.Parameter(torch.empty(fused_size, fused_size))  # F * U_s
         self.linear = nn.Linear(2 * base_size, 1)  # W_s, b_s over [h_b[q1]; h_b[q2]]
         self.reset_parameters()
 
@@ -46,7 +50,7 @@ class Comparison(nn.Module):
             for p in (self.U, self.linear.weight, self.linear.bias):
                 nn.init.zeros_(p)
             return
-        bound = 1.0 / math.sqrt(self.U.size(0))  # nn.Bilinear's initialisation
+        bound = math.sqrt(self.U.size(0))  # nn.Bilinear's draw of U_s, ±1/sqrt(F), stored times F
         nn.init.uniform_(self.U, -bound, bound)
         self.linear.reset_parameters()
 
@@ -57,7 +61,7 @@ class Comparison(nn.Module):
         F_, H = h_f.size(-1), h_b.size(-1)
         f = h_f.gather(1, num_pos[:, :, None].expand(-1, -1, F_))  # [B, Q, F]
         b = h_b.gather(1, num_pos[:, :, None].expand(-1, -1, H))  # [B, Q, H]
-        bilinear = (f @ self.U) @ f.transpose(1, 2)  # [B, Q, Q]
+        bilinear = (f @ self.U) @ f.transpose(1, 2) / F_  # [B, Q, Q] U_s = U / F (module docstring)
         w = self.linear.weight[0]  # [2H]
         first, second = b @ w[:H], b @ w[H:]  # [B, Q] each
         return bilinear + first[:, :, None] + second[:, None, :] + self.linear.bias  # [B, Q, Q]

@@ -6,7 +6,7 @@ Path of one batch:
   Graph arms add, in parallel:
     sequence encoder: dropout -> 1-layer BiGRU over h_b                   h_seq = fwd + bwd (eq. 6)
     structure encoder over the batch's concatenated graph:
-      h^0 = h_b at the node positions (row node_batch * T + node_pos of h_b as [B*T, H]),
+      h^0 = dropout(h_b) at the node positions (row node_batch * T + node_pos of h_b as [B*T, H]),
       L graph layers ("hlgt": LineGraphConv then HLGTConv per layer; "hgt"; "rgat"),
       h_str = h^L scattered back to the node's token (the mean when several nodes share a token,
       e.g. a ratio "3:7"); a token that is no node keeps h_b.
@@ -16,8 +16,9 @@ Path of one batch:
   top layer for "none", the sequence BiGRU otherwise). With packed sequences this is the forward
   state at the last REAL token (GTS reads the padded last position, zeros for shorter problems).
 
-Dropout as in GTS: cfg.dropout on the embeddings, between the word BiGRU's layers and on the
-sequence BiGRU's input; the graph layers have none (eqs. 4-5 have none).
+Dropout as in GTS: cfg.dropout on the embeddings, between the word BiGRU's layers, and on the
+input of each encoder above the word BiGRU (the sequence BiGRU's h_b and the graph's h^0), as
+GTS drops out every recurrent layer's input. Eqs. 4-5 have none inside the graph layers.
 
 Batched: one graph for the whole batch, no Python loop over problems; every problem's output is
 the one it would get alone (tests check it). Node types: with model.node_type False every node
@@ -123,8 +124,8 @@ class Encoder(nn.Module):
         flat = h_b.reshape(B * T, H)                                              # [B*T, H]
         row = batch.node_batch * T + batch.node_pos                               # [N]
         node_type = batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
-        h = self.graph(flat.index_select(0, row), node_type, batch.edge_index,
-                       batch.edge_type, batch.line_index)                         # [N, H]
+        h0 = self.dropout(flat.index_select(0, row))                              # [N, H]
+        h = self.graph(h0, node_type, batch.edge_index, batch.edge_type, batch.line_index)  # [N, H]
         count = torch.zeros(B * T, 1, dtype=h.dtype, device=h.device).index_add_(
             0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T, 1] nodes per token
         summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T, H]

@@ -62,7 +62,7 @@ class HLGTConv(MessagePassing):
     r"""Eq. 4: heterogeneous mutual attention with dynamic edge features.
 
     .. math::
-        \tilde a_{ij} = (h_i W_q^{\tau(i)}) \cdot ((h_j W_k^{\tau(j)}) \odot \psi(z_{ji}))
+        \tilde a_{ij} = \mathrm{LN}(h_i W_q^{\tau(i)}) \cdot \mathrm{LN}((h_j W_k^{\tau(j)}) \odot \psi(z_{ji}))
         a_{ij} = \mathrm{softmax}_{j \in N(i)}(\tilde a_{ij} / \sqrt{d/M})      (per head)
         \tilde h_i = \Vert_m \sum_j a^m_{ij} (h_j W_v^{\tau(j)} \odot \varphi(z_{ji}))^m
         h_i' = \mathrm{LayerNorm}(\delta^{\tau(i)} h_i + (1 - \delta^{\tau(i)}) \tilde h_i U_o^{\tau(i)})
@@ -70,6 +70,11 @@ class HLGTConv(MessagePassing):
     with delta^tau = sigmoid(s_tau) a learned per-type gate (as HGT's skip; s initialised to 1 as
     in PyG's HGTConv). An edge j -> i is column (j, i) of edge_index (source row 0, target row 1).
     A node with no incoming edge has h~ = 0, hence h' = LayerNorm(delta h) (U_o has no bias).
+
+    LN (per head, over its d/M channels, without gain or bias) is this implementation's: eq. 4
+    scores the raw product of three learned projections (W_q, W_k, psi), which Adam grows until
+    the softmax saturates and the gradients through it spike. Normalising the query and the
+    edge-modulated key (QK-norm, Dehghani et al. 2023) bounds every score by sqrt(d/M).
     num_node_types = 1 gives every node the same parameters (the "w/o node type" arm).
     """
 
@@ -112,6 +117,7 @@ class HLGTConv(MessagePassing):
         groups = TypeGroups(node_type.index_select(0, touched), self.num_node_types)
         qkv = groups.linear(xt, self.w_qkv)                                       # [Nt, 3d]
         q, k, v = (t.reshape(-1, M, D) for t in qkv.split(d, dim=1))              # 3 x [Nt, M, D]
+        q = F.layer_norm(q, (D,))                                                 # [Nt, M, D]
         kz, vz = self.psi_phi(edge_attr).split(d, dim=1)                          # 2 x [E or R, d]
         if edge_type is not None:
             kz, vz = kz.index_select(0, edge_type), vz.index_select(0, edge_type)  # 2 x [E, d]
@@ -127,7 +133,9 @@ class HLGTConv(MessagePassing):
 
     def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, kz: Tensor, vz: Tensor,
                 index: Tensor, ptr: Tensor | None, size_i: int | None) -> Tensor:
-        score = (q_i * k_j * kz).sum(-1) / math.sqrt(q_i.size(-1))               # [E, M]
+        D = q_i.size(-1)
+        key = F.layer_norm(k_j * kz, (D,))                                        # [E, M, D]
+        score = (q_i * key).sum(-1) / math.sqrt(D)                                # [E, M]
         alpha = softmax(score, index, ptr, size_i)                                # [E, M] sums to 1 per target
         self._alpha = alpha
         return (v_j * vz * alpha.unsqueeze(-1)).reshape(-1, self.channels)       # [E, d]

@@ -39,6 +39,10 @@ from hlgt.model.encoder import Encoder
 from hlgt.model.tree_decoder import TreeDecoder
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
+# Bumped whenever the same weights would compute a different function (format 2: QK-normalised
+# HLGT attention, comparison U stored times F), so that an older folder fails to load, not
+# silently predicts something else.
+WEIGHTS_FORMAT = 2
 
 
 class Solver(nn.Module):
@@ -132,12 +136,12 @@ class Solver(nn.Module):
 
     def save(self, directory, extra: dict | None = None) -> None:
         extra = dict(extra or {})
-        clash = sorted(k for k in extra if k.startswith("model."))
+        clash = sorted(k for k in extra if k.startswith("model.") or k == "weights_format")
         if clash:
             raise ValueError(f"extra keys {clash} clash with the model config, which save writes itself")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / CONFIG_FILE).write_text(json.dumps({**self.flat_config(), **extra}, indent=2, sort_keys=True))
+        (directory / CONFIG_FILE).write_text(json.dumps({**self.flat_config(), **extra, "weights_format": WEIGHTS_FORMAT}, indent=2, sort_keys=True))
         (directory / VOCAB_FILE).write_text(json.dumps(self.vocab.to_dict(), ensure_ascii=False))
         torch.save(self.state_dict(), directory / WEIGHTS_FILE)
 
@@ -148,6 +152,10 @@ class Solver(nn.Module):
         if missing:
             raise FileNotFoundError(f"{directory} is not a saved Solver: missing {missing}")
         flat = json.loads((directory / CONFIG_FILE).read_text())
+        if flat.get("weights_format") != WEIGHTS_FORMAT:
+            raise ValueError(f"{directory} holds weights of format {flat.get('weights_format', 1)}; this "
+                             f"version computes format {WEIGHTS_FORMAT} (see WEIGHTS_FORMAT in "
+                             f"hlgt/model/solver.py): retrain, or load it with the version that saved it")
         cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
         vocab = Vocab.from_dict(json.loads((directory / VOCAB_FILE).read_text()))
         solver = cls(cfg, vocab)
