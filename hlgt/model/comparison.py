@@ -10,11 +10,13 @@ quantity's token. U_s is stored as F * U_s (F = width of h_f): the same function
 step F times smaller. Adam moves every one of U_s's F x F entries by about the learning rate per
 step, all in the direction of the gradient's outer product of features, so a plain U_s moves a
 logit by lr * |h_f|_1^2 (hundreds at F = 1024) in one step; stored as F * U_s, by about lr * F
-times the features' mean square, as a linear layer's logit moves. Eq. 9 as printed averages the probabilities p over the K x K pairs, which has
-no label in it; what it means, and what is trained here, is the binary cross-entropy of p against
-the label y = 1 if value(q1) >= value(q2) else 0, averaged over the K x K ordered pairs of a
-problem (the diagonal included, label 1), then over the problems of the batch that have at least
-one quantity. Values equal within ``hlgt.expr.values_match``'s tolerance count as ">=".
+times the features' mean square, as a linear layer's logit moves.
+
+Eq. 9 as printed averages the probabilities p over the K x K pairs, which has no label in it;
+what it means, and what is trained here, is the binary cross-entropy of p against the label
+y = 1 if value(q1) >= value(q2) else 0, averaged over the K x K ordered pairs of a problem (the
+diagonal included, label 1), then over the problems of the batch that have at least one
+quantity. Values equal within ``hlgt.expr.values_match``'s tolerance count as ">=".
 """
 from __future__ import annotations
 
@@ -33,8 +35,7 @@ class Comparison(nn.Module):
     every pair's logit at 0, as Dozat & Manning's biaffine classifier does (and SuPar's, Stanza's).
     "uniform" draws U_s as nn.Bilinear does (±1/sqrt(F)) and W_s, b_s as nn.Linear; over
     unit-scale F-dim features that gives initial logits of standard deviation sqrt(F/3), about 18
-    at F = 2H = 1024. On MAWPS the uniform start let the comparison loss spike mid-training and
-    drag the tree loss with it; the zero start did not (BENCHMARKS.md)."""
+    at F = 2H = 1024, large enough to dominate the loss at the start."""
 
     def __init__(self, fused_size: int, base_size: int, init: str = "zeros"):
         super().__init__()
