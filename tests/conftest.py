@@ -1,6 +1,8 @@
-"""Fixtures shared by several test modules."""
+"""Fixtures and markers shared by several test modules."""
 import pytest
 import torch
+
+from hlgt.data.splits import resolve_data_dir
 
 
 @pytest.fixture
@@ -10,3 +12,20 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def real_data():
+    """The real benchmark files (``$HLGT_DATA_DIR`` or ../shared/datasets); tests that read them
+    carry ``@pytest.mark.realdata`` and are skipped when the folder is absent."""
+    return resolve_data_dir(None)
+
+
+def pytest_collection_modifyitems(config, items):
+    real = resolve_data_dir(None)
+    if real.is_dir():
+        return
+    skip = pytest.mark.skip(reason=f"real datasets not found at {real}")
+    for item in items:
+        if "realdata" in item.keywords:
+            item.add_marker(skip)

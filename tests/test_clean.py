@@ -16,11 +16,8 @@ from hlgt.data.splits import (
     make_mawps_folds,
     mawps_fold_ids,
     read_split,
-    resolve_data_dir,
 )
 
-REAL = resolve_data_dir(None)
-realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
 
 
 def _p(pid, text, equation, answer):
@@ -166,7 +163,7 @@ def test_mawps_folds_are_seeded_disjoint_and_keep_duplicates_together():
         make_mawps_folds(problems + problems[:1])
 
 
-def test_graph2tree_folds_are_file_order_chunks_and_valid_shares_no_text_with_train(tmp_path):
+def test_graph2tree_folds_are_file_order_chunks_and_valid_shares_no_text_with_train(tmp_path, real_data):
     problems = _problems(200)
     problems += [Problem(id=str(200 + n), lang="en", tokens=problems[i].tokens, equation="x=1", answer="1",
                          source="t") for n, i in enumerate((3, 50, 90))]  # texts repeated far apart
@@ -188,7 +185,7 @@ def test_graph2tree_folds_are_file_order_chunks_and_valid_shares_no_text_with_tr
     with pytest.raises(ValueError, match="fold scheme"):
         make_mawps_folds(problems, scheme="random")
     with pytest.raises(ValueError, match="fold scheme"):
-        read_split("mawps", "test", REAL, 0, mawps_folds="random")
+        read_split("mawps", "test", real_data, 0, mawps_folds="random")
 
 
 @pytest.mark.parametrize("scheme", list(MAWPS_FOLD_FILES))
@@ -212,10 +209,9 @@ def test_mawps_fold_file_must_match_the_data(tmp_path):
         mawps_fold_ids(0, path=tmp_path / "none.json")
 
 
-@realdata
 @pytest.mark.realdata
-def test_real_math23k_clean():
-    result = load_clean("math23k", REAL)
+def test_real_math23k_clean(real_data):
+    result = load_clean("math23k", real_data)
     assert len(result["train"].examples) >= 20740  # >= 98% of 21,162
     assert result["train"].dropped == Counter(unparseable_equation=1, value_mismatch=2, rare_constant=7)
     assert result["train"].constants == ["1", "3.14"]
@@ -224,26 +220,24 @@ def test_real_math23k_clean():
     assert result["valid"].unrepresentable == Counter(unparseable_equation=1, value_mismatch=1)
 
 
-@realdata
 @pytest.mark.realdata
-def test_real_mawps_folds_keep_every_test_problem():
+def test_real_mawps_folds_keep_every_test_problem(real_data):
     for fold in range(5):
-        reads = {s: read_split("mawps", s, REAL, fold) for s in ("train", "valid", "test")}
+        reads = {s: read_split("mawps", s, real_data, fold) for s in ("train", "valid", "test")}
         assert sum(len(r.problems) for r in reads.values()) == 2373
-        result = load_clean("mawps", REAL, fold)
+        result = load_clean("mawps", real_data, fold)
         assert len(result["test"].examples) == len(reads["test"].problems)
         assert len(result["valid"].examples) == len(reads["valid"].problems)
         assert len(result["train"].examples) >= 0.96 * len(reads["train"].problems)
 
 
-@realdata
 @pytest.mark.realdata
 @pytest.mark.parametrize("scheme,seen", [("grouped", [0] * 5), ("graph2tree", [74, 75, 71, 73, 58])])
-def test_real_mawps_test_texts_seen_in_training(scheme, seen):
+def test_real_mawps_test_texts_seen_in_training(scheme, seen, real_data):
     """How many test problems of each fold have their text among the fold's train + valid problems."""
     counts = []
     for fold in range(5):
-        reads = {s: read_split("mawps", s, REAL, fold, scheme).problems for s in ("train", "valid", "test")}
+        reads = {s: read_split("mawps", s, real_data, fold, scheme).problems for s in ("train", "valid", "test")}
         assert sum(map(len, reads.values())) == 2373
         trained = {" ".join(p.tokens).casefold() for p in reads["train"] + reads["valid"]}
         counts.append(sum(" ".join(p.tokens).casefold() in trained for p in reads["test"]))

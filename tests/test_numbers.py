@@ -13,11 +13,9 @@ from hlgt.data.numbers import (
     to_example,
 )
 from hlgt.data.problems import Problem, read_problems
-from hlgt.data.splits import FILES, LANGS, load_split, resolve_data_dir
+from hlgt.data.splits import FILES, LANGS, load_split
 from hlgt.expr import eval_prefix, values_match
 
-REAL = resolve_data_dir(None)
-realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
 
 
 def _q(text: str):
@@ -178,11 +176,10 @@ def test_every_sample_prefix_evaluates_to_its_answer(split):
     assert len(result.examples) == len(problems)
 
 
-@realdata
 @pytest.mark.realdata
 @pytest.mark.parametrize("dataset, split", [("math23k", "train"), ("math23k", "valid"), ("math23k", "test"),
                                             ("mawps", "train"), ("ape210k", "valid")])
-def test_every_real_prefix_evaluates_to_its_answer(dataset, split):
-    path = REAL / FILES[dataset][split]
+def test_every_real_prefix_evaluates_to_its_answer(dataset, split, real_data):
+    path = real_data / FILES[dataset][split]
     result = _check_prefixes(read_problems(path, lang=LANGS[dataset]).problems)
     assert len(result.examples) > 0.97 * result.read

@@ -4,10 +4,7 @@ import json
 import pytest
 
 from hlgt.data.problems import DataFileError, Problem, guess_lang, read_problems
-from hlgt.data.splits import resolve_data_dir
 
-REAL = resolve_data_dir(None)
-realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
 
 RECORDS = [
     {"id": "1", "original_text": "小明有3个苹果", "segmented_text": "小明 有 3 个 苹果",
@@ -141,7 +138,6 @@ def test_guess_lang():
     assert guess_lang("Tom has 3") == "en"
 
 
-@realdata
 @pytest.mark.realdata
 @pytest.mark.parametrize(
     "name, count, lang",
@@ -153,8 +149,8 @@ def test_guess_lang():
         ("ape210k/valid.ape.json", 5000, "zh"),
     ],
 )
-def test_real_files_read_whole(name, count, lang):
-    result = read_problems(REAL / name)
+def test_real_files_read_whole(name, count, lang, real_data):
+    result = read_problems(real_data / name)
     assert len(result.problems) == count and not result.skipped
     assert all(isinstance(p.id, str) and p.lang == lang for p in result.problems)
     assert len({p.id for p in result.problems}) == count

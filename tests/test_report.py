@@ -4,10 +4,7 @@ import re
 import pytest
 
 from hlgt.data.report import main
-from hlgt.data.splits import resolve_data_dir
 
-REAL = resolve_data_dir(None)
-realdata = pytest.mark.skipif(not REAL.is_dir(), reason=f"real datasets not found at {REAL}")
 
 
 def _row(out: str, label: str) -> list[str]:
@@ -47,20 +44,18 @@ def test_missing_data_dir_exits_2(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-@realdata
 @pytest.mark.realdata
-def test_report_on_real_math23k(capsys):
-    assert main(["--data-dir", str(REAL), "--dataset", "math23k"]) == 0
+def test_report_on_real_math23k(capsys, real_data):
+    assert main(["--data-dir", str(real_data), "--dataset", "math23k"]) == 0
     out = capsys.readouterr().out
     assert _row(out, "train")[1:5] == ["21162", "0", "21162", "21152"]
     assert _row(out, "valid")[1:5] == ["1000", "0", "1000", "1000"]
     assert _row(out, "test")[1:5] == ["1000", "0", "1000", "1000"]
 
 
-@realdata
 @pytest.mark.realdata
 @pytest.mark.parametrize("scheme,seen", [("grouped", "0"), ("graph2tree", "74")])
-def test_report_on_real_mawps_counts_test_texts_seen_in_training(capsys, scheme, seen):
-    assert main(["--data-dir", str(REAL), "--dataset", "mawps", "--fold", "0", "--mawps-folds", scheme]) == 0
+def test_report_on_real_mawps_counts_test_texts_seen_in_training(capsys, scheme, seen, real_data):
+    assert main(["--data-dir", str(real_data), "--dataset", "mawps", "--fold", "0", "--mawps-folds", scheme]) == 0
     out = capsys.readouterr().out
     assert f"text is in train or valid ({scheme} folds): {seen}\n" in out

@@ -1,4 +1,4 @@
-"""Stage 4: one problem (Example + Annotation) -> heterogeneous graph and its line graph.
+"""One problem (Example + Annotation) -> heterogeneous graph and its line graph.
 
 Owns the node and edge rules of the paper (section 3.2, Table 1) and of the two Table 2 baselines,
 all built at once into ONE superset graph whose edges are tagged with the part (GRAPH_PARTS) they

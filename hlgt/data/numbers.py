@@ -1,4 +1,4 @@
-"""Stage 2, numbers: a ``Problem``'s tokens and equation → an ``Example`` with slots ``N0..Nk``.
+"""A ``Problem``'s tokens and equation → an ``Example`` with slots ``N0..Nk``.
 
 Quantities in the text (``extract_quantities``)
   Only digits make quantities (as in GTS): 第二, 一半, 两 are words. Each number becomes ONE token,

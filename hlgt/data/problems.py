@@ -1,4 +1,4 @@
-"""Stage 1, read: any supported problem file → typed ``Problem`` records.
+"""Any supported problem file → typed ``Problem`` records.
 
 Three layouts are read, detected from the file itself:
 

@@ -1,4 +1,4 @@
-"""Stage 3, annotate: tokens → coarse POS + predicate–argument frames (+ dependency heads).
+"""Tokens → coarse POS + predicate–argument frames (+ dependency heads).
 
 One interface (`Annotator.annotate(tokens, lang) -> Annotation`) over three backends, chosen by
 `make_annotator(name, model)` (config `data.annotator`, `data.annotator_model`):

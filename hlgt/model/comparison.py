@@ -1,4 +1,4 @@
-"""Stage 9a: the numerical-comparison auxiliary task (paper section 3.5, eqs. 8-9).
+"""The numerical-comparison auxiliary task (paper section 3.5, eqs. 8-9).
 
 For every ordered pair (q1, q2) of a problem's quantities a biaffine classifier predicts whether
 value(q1) >= value(q2):

@@ -1,4 +1,4 @@
-"""Stage 7b: the encoder, Batch -> EncoderOutput (paper eqs. 2-6), for every encoder arm.
+"""The encoder, Batch -> EncoderOutput (paper eqs. 2-6), for every encoder arm.
 
 Path of one batch:
   tokens -> embedding -> dropout -> 2-layer BiGRU (GTS's encoder, packed)   h_b = fwd + bwd  (eqs. 2-3)
@@ -25,6 +25,9 @@ the one it would get alone (tests check it). Node types: with model.node_type Fa
 uses type 0's parameters. Baselines: "hgt" is PyG's HGTConv with relation matrices per edge type
 (EdgeTypeHGTConv), "rgat" is PyG's RGATConv computed per relation (RelationRGATConv); both are
 wrapped with a LayerNorm per layer like HLGT (RGAT also with a residual, HGT has its own gate).
+
+Letters in shape comments (the paper's where it has one): B problems, T tokens, H hidden size (the
+paper's d), M heads, D = H / M per head, N nodes, E edges, R edge types.
 """
 from __future__ import annotations
 
@@ -205,11 +208,11 @@ class EdgeTypeHGTConv(HGTConv):
             self.p_rel["__".join((s, rel, d))] = nn.Parameter(torch.ones(1, heads))
 
     def _construct_src_node_feat(self, k_dict, v_dict, edge_index_dict):
-        H, D, R = self.heads, self.out_channels // self.heads, self.num_relations
+        M, D, R = self.heads, self.out_channels // self.heads, self.num_relations
         # k_rel's type h * R + r is head h of relation r (PyG's layout); applied per block with one bmm
         # per block (PyG's HeteroLinear loop zero-fills its whole output once per type in backward).
-        w_k = self.k_rel.weight.view(H, R, D, D)                                  # [H, R, D, D]
-        w_v = self.v_rel.weight.view(H, R, D, D)                                  # [H, R, D, D]
+        w_k = self.k_rel.weight.view(M, R, D, D)                                  # [M, R, D, D]
+        w_v = self.v_rel.weight.view(M, R, D, D)                                  # [M, R, D, D]
         ks, vs, offset, block = [], [], {}, {}
         cumsum = 0
         for edge_type in edge_index_dict:
@@ -217,10 +220,10 @@ class EdgeTypeHGTConv(HGTConv):
             if (src, rel) not in block:
                 block[(src, rel)] = cumsum
                 cumsum += k_dict[src].size(0)
-                ks.append(torch.einsum("nhd,hde->nhe", k_dict[src], w_k[:, rel]))  # [N_src, H, D]
-                vs.append(torch.einsum("nhd,hde->nhe", v_dict[src], w_v[:, rel]))  # [N_src, H, D]
+                ks.append(torch.einsum("nhd,hde->nhe", k_dict[src], w_k[:, rel]))  # [N_src, M, D]
+                vs.append(torch.einsum("nhd,hde->nhe", v_dict[src], w_v[:, rel]))  # [N_src, M, D]
             offset[edge_type] = block[(src, rel)]
-        return torch.cat(ks), torch.cat(vs), offset                               # [rows, H, D] x 2
+        return torch.cat(ks), torch.cat(vs), offset                               # [rows, M, D] x 2
 
 
 class HGTGraphEncoder(nn.Module):

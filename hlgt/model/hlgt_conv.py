@@ -1,4 +1,4 @@
-"""Stage 7a: the two graph layers of the Heterogeneous Line Graph Transformer (paper section 3.3).
+"""The two graph layers of the Heterogeneous Line Graph Transformer (paper section 3.3).
 
 HLGTConv       eq. 4, a layer on the node-centred graph G_n: type-specific heterogeneous attention
                whose keys and values are modulated by the dynamic edge features z of the line graph.
@@ -18,6 +18,9 @@ problem's graph leaves many tokens isolated; their result is known in closed for
 rewritten exactly, by linearity, as gathers of per-node, per-edge or per-edge-type projections:
 no [L, d] x [d, d] matmul is ever done over line edges (test_hlgt_conv checks this rewriting
 against a literal, per-line-edge implementation of the equation).
+
+Letters as in the paper: d channels (the encoder's H), M heads, D = d / M per head; N nodes, E edges
+of G_n, L line edges, R edge types.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage 9: the solver, Encoder + TreeDecoder + Comparison behind one ``Batch`` interface.
+"""The solver, Encoder + TreeDecoder + Comparison behind one ``Batch`` interface.
 
 ``forward(batch)`` returns the training losses (paper eq. 10) and the encoder's activation scales
 (``EncoderOutput.scales``):

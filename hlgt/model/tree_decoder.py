@@ -1,4 +1,4 @@
-"""Stage 8: the goal-driven tree decoder (GTS, Xie & Sun 2019), batched.
+"""The goal-driven tree decoder (GTS, Xie & Sun 2019), batched.
 
 The modules and their math are GTS's (``models.py`` of ShichaoSun/math_seq2tree): a goal vector
 per tree node (Prediction's concat_l / concat_r gates), additive attention of the goal over the

@@ -1,4 +1,4 @@
-"""Stage 14, tracking: Weights & Biases on rank 0 when enabled, a no-op ``Tracker`` otherwise.
+"""Weights & Biases on rank 0 when enabled, a no-op ``Tracker`` otherwise.
 
 One W&B run per training run (one per Tune trial), grouped by sweep and named by arm and trial:
 the flat config, per-epoch metrics, the per-problem predictions of the best model, and (for the
