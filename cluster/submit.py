@@ -65,7 +65,7 @@ def follow(client: JobSubmissionClient, job_id: str, poll_s: float = 2.0, timeou
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS", DEFAULT_ADDRESS),
                         help="Ray dashboard address (default $RAY_ADDRESS or %(default)s)")
     parser.add_argument("--no-upload", action="store_true",

@@ -5,13 +5,15 @@ the code speaks ``Config``. ``Config.from_flat`` rejects unknown keys and coerce
 typo in a sweep file fails at once instead of silently training the default.
 
 This module also names the ablation arms (each a flat override of the same code) and the
-metric names, so that every reporter (console, Ray, W&B, results table) uses one spelling.
+metric names, so that every reporter (console, Ray, W&B, results table) uses one spelling, and
+says where runs are stored (``$HLGT_STORAGE``, local paths or URIs).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -20,11 +22,29 @@ def default_data_dir() -> str:
     return os.environ.get("HLGT_DATA_DIR", os.path.join("..", "shared", "datasets"))
 
 
+def shared_storage() -> str:
+    """The shared storage root ``$HLGT_STORAGE`` (an S3 URI or an NFS path on a cluster), without a
+    trailing slash; ``""`` when unset. The one place the variable is read."""
+    return os.environ.get("HLGT_STORAGE", "").rstrip("/")
+
+
+def is_uri(path: str | os.PathLike) -> bool:
+    """A remote location (``s3://bucket/...``) rather than a path on this machine's filesystem."""
+    return "://" in str(path)
+
+
 def storage_path(*parts: str) -> str:
-    """A path under the shared storage root ``$HLGT_STORAGE`` (S3 URI or NFS path on a cluster),
-    else under the working directory: shards, checkpoints and Tune results all live there."""
-    root = os.environ.get("HLGT_STORAGE", "")
-    return "/".join([root.rstrip("/"), *parts]) if root else os.path.join(*parts)
+    """A path under the shared storage root, else under the working directory: shards,
+    checkpoints and Tune results all live there."""
+    root = shared_storage()
+    return "/".join([root, *parts]) if root else os.path.join(*parts)
+
+
+def storage_root(explicit: str | None, local_default: str, under: str) -> str:
+    """Where a command keeps its runs: ``explicit``, else ``<shared storage>/<under>``, else
+    ``local_default``; a local path is made absolute (Ray's workers run elsewhere)."""
+    root = explicit or (storage_path(under) if shared_storage() else local_default)
+    return root if is_uri(root) else str(Path(root).resolve())
 
 
 @dataclass
@@ -176,16 +196,21 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+def check_ablation(name: str) -> str:
+    """``name`` when it is an ablation arm, else ``ValueError`` naming the arms: every command
+    checks its ``--ablation`` here."""
+    if name not in ABLATIONS:
+        raise ValueError(f"unknown ablation arm {name!r}; the arms are {', '.join(ABLATIONS)}")
+    return name
+
+
 def ablation_arms(names: str | list[str]) -> list[str]:
-    """``"all"``, ``"a,b"`` or a list → validated arm names, in the order given."""
+    """``"all"``, ``"a,b"`` or a list → checked arm names, in the order given."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     if names == ["all"]:
         return list(ABLATIONS)
-    bad = [n for n in names if n not in ABLATIONS]
-    if bad:
-        raise ValueError(f"unknown ablation arm(s) {bad}; choose from {list(ABLATIONS)} or 'all'")
-    return list(names)
+    return [check_ablation(n) for n in names]
 
 
 # Dataset defaults from the paper's section 4.1 (epochs; LR halved every 20 epochs on Math23K,

@@ -6,24 +6,29 @@
 The path is the training path, applied to one text: tokenise (Chinese: jieba, with every number —
 ``(1/5)``, ``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7`` — kept whole; English: words, numbers
 and punctuation apart) → ``extract_quantities`` → the model's configured annotator (or
-``--annotator``) → ``build_graph`` → one shard row → ``collate`` → ``Solver.solve`` → prefix → infix
+``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
-``run_config.json``); it is all that is needed.
+``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
+and answer are ``hlgt.inference``'s; this module owns the text's side: tokenising, quantities,
+annotation and the graph of one problem, and the command.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import re
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
+from hlgt.data.graph import build_graph
+from hlgt.data.numbers import Example, extract_quantities
+from hlgt.data.problems import guess_lang
+from hlgt.data.schema import to_row
+from hlgt.data.srl import make_annotator
 from hlgt.expr import ExprError, eval_prefix
 
 # One number as written, most specific form first (mixed number, bracketed fraction, ratio,
@@ -71,35 +76,16 @@ class Solution:
     error: str | None  # why the equation could not be evaluated
 
 
-@lru_cache(maxsize=4)
-def load_model(model_dir: str):
-    """The solver and the full flat config it was trained with (``run_config.json``)."""
-    from hlgt.model.solver import Solver
-
-    directory = Path(model_dir)
-    run_config = directory / "run_config.json"
-    if not run_config.is_file():
-        raise FileNotFoundError(f"{run_config} not found: --model must be a best/ folder written by training")
-    flat = json.loads(run_config.read_text(encoding="utf-8"))["config"]
-    solver = Solver.load(directory)
-    solver.eval()
-    return solver, flat
-
-
 def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annotator: str | None = None,
                beam_size: int | None = None) -> Solution:
     """Solve one problem written in ``text`` (language guessed when ``lang`` is None)."""
-    from hlgt.data.collate import collate
-    from hlgt.data.graph import build_graph
-    from hlgt.data.numbers import Example, extract_quantities
-    from hlgt.data.problems import guess_lang
-    from hlgt.data.schema import to_row
-    from hlgt.data.srl import make_annotator
-    from hlgt.train.evaluate import infix_with_numbers
+    # Imported here, not at the top: it brings in torch and the model, which ``--help`` and
+    # ``tokenize`` do without.
+    from hlgt.inference import infix_with_numbers, load_model, predict
 
     if not text or not text.strip():
         raise ValueError("empty problem text")
-    solver, flat = load_model(str(Path(model_dir).resolve()))
+    solver, flat = load_model(model_dir)
     lang = lang or guess_lang(text)
     tokens, quantities = extract_quantities(tokenize(text, lang))
     name = annotator or flat["data.annotator"]
@@ -107,8 +93,8 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
                       answer=math.nan)
     row = to_row(example, build_graph(example, annotation))
-    batch = collate([row], solver.vocab, variant=flat["data.graph"])
-    prefix = list(solver.solve(batch, beam_size=beam_size or int(flat["model.beam_size"]))[0])
+    prefix = predict(solver, [row], solver.vocab, variant=flat["data.graph"],
+                     beam_size=beam_size or int(flat["model.beam_size"]), batch_size=1)[0]
     numbers = [q.text for q in quantities]
     answer, error = None, None
     try:
@@ -119,20 +105,18 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
                     equation=infix_with_numbers(prefix, numbers), answer=answer, error=error)
 
 
-def format_answer(value: float) -> str:
-    if abs(value - round(value)) < 1e-9:
-        return str(int(round(value)))
-    return f"{value:.6g}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hlgt.solve", description="Solve a math word problem with a trained model.")
+    # No abbreviations: a misspelt or shortened option is an error, not another option's value.
+    p = argparse.ArgumentParser(prog="python -m hlgt.solve", allow_abbrev=False,
+                                description="Solve a math word problem with a trained model.")
     p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
     p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: guessed from the text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
     p.add_argument("--beam-size", type=int, default=None)
     p.add_argument("text", nargs="+", help="the problem text")
     args = p.parse_args(argv)
+    from hlgt.inference import format_answer  # after parsing: see solve_text
+
     s = solve_text(args.model, " ".join(args.text), lang=args.lang, annotator=args.annotator, beam_size=args.beam_size)
     print(f"tokens:   {' '.join(s.tokens)}")
     print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")

@@ -8,7 +8,7 @@ from hlgt.train.bench import main
 @pytest.mark.usefixtures("one_thread")
 def test_bench_prints_both_arms_with_bf16_decoding(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))  # shards built under tmp_path
-    assert main(["--dataset", "sample", "--arms", "full,gts", "--limit", "32", "--decode-limit", "8",
+    assert main(["--dataset", "sample", "--ablation", "full,gts", "--limit", "32", "--decode-limit", "8",
                  "--batch-size", "16", "--embedding", "8", "--hidden", "16", "--beam", "2", "--threads", "1",
                  "--bf16", "--set", "model.heads=2", "--set", "model.layers=1"]) == 0
     out = capsys.readouterr().out
@@ -19,5 +19,5 @@ def test_bench_prints_both_arms_with_bf16_decoding(tmp_path, capsys, monkeypatch
 
 
 def test_bench_rejects_unknown_arms():
-    with pytest.raises(SystemExit, match="unknown arm"):
-        main(["--dataset", "sample", "--arms", "full,nope"])
+    with pytest.raises(SystemExit, match="unknown ablation arm 'nope'"):
+        main(["--dataset", "sample", "--arms", "full,nope"])  # --arms: the older name of --ablation

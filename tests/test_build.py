@@ -1,10 +1,7 @@
 """Tests for hlgt/data/build.py: shards + manifest, reuse and rebuild, counted failures, the Ray path."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,9 +9,10 @@ import pytest
 
 from hlgt.config import Config, default_data_dir
 from hlgt.data import srl
-from hlgt.data.build import MANIFEST, build, load_manifest, load_rows, load_vocab, prepare, shards_path, use_shards
+from hlgt.data.build import build, prepare, shards_path
 from hlgt.data.graph import build_graph
 from hlgt.data.schema import from_row, graphs_equal
+from hlgt.data.shards import MANIFEST, load_manifest, load_rows, load_vocab
 from hlgt.data.splits import SAMPLE_DIR, SPLITS
 from hlgt.data.vocab import Vocab
 
@@ -153,48 +151,6 @@ def test_refuses_to_clear_a_foreign_folder(tmp_path):
     with pytest.raises(FileExistsError, match="not shards"):
         build(SAMPLE, out=tmp_path, actors=0)
     assert (tmp_path / "notes.txt").exists()
-
-
-def test_reading_shards_needs_no_ray(sample_shards):
-    code = ("import sys; from hlgt.data.build import load_rows, load_vocab; from hlgt.data.collate import collate; "
-            f"rows = load_rows({str(sample_shards)!r}, 'valid'); collate(rows, load_vocab({str(sample_shards)!r})); "
-            "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray imported'")
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, monkeypatch):
-    monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
-    assert use_shards(SAMPLE, sample_shards) == sample_shards
-    with pytest.raises(ValueError, match="dataset"):
-        use_shards(SAMPLE.override({"data.dataset": "math23k"}), sample_shards)
-    with pytest.raises(ValueError, match="annotated by"):
-        use_shards(SAMPLE.override({"data.annotator": "ltp"}), sample_shards)
-    broken = tmp_path / "broken"
-    shutil.copytree(sample_shards, broken)
-    next((broken / "test").glob("*.parquet")).unlink()
-    with pytest.raises(FileNotFoundError, match="lacks shard"):
-        use_shards(SAMPLE, broken)
-    with pytest.raises(FileNotFoundError, match="manifest"):
-        use_shards(SAMPLE, tmp_path)
-
-
-def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme(sample_shards, tmp_path, monkeypatch):
-    monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
-    mawps = Config.from_flat({"data.dataset": "mawps", "data.fold": 2})
-    fake = tmp_path / "mawps-fold2"
-    shutil.copytree(sample_shards, fake)
-    manifest = json.loads((fake / MANIFEST).read_text())
-    manifest.update(dataset="mawps", fold=2)
-    manifest.pop("mawps_folds")  # written before fold schemes existed: the grouped folds
-    (fake / MANIFEST).write_text(json.dumps(manifest))
-    assert use_shards(mawps, fake) == fake
-    with pytest.raises(ValueError, match="mawps_folds"):
-        use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake)
-    manifest["mawps_folds"] = "graph2tree"
-    (fake / MANIFEST).write_text(json.dumps(manifest))
-    assert use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake) == fake
-    with pytest.raises(ValueError, match="mawps_folds"):
-        use_shards(mawps, fake)
 
 
 def test_default_folder_and_cli(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ TINY = ["--dataset", "sample", "--limit", "40", "--val-limit", "6", "--epochs", 
 def test_curve_trains_the_arms_side_by_side(tmp_path, capfd, monkeypatch, jobs):
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))  # shards built under tmp_path
     out_dir = tmp_path / "curve"
-    assert main([*TINY, "--arms", "gts,full+model.beta_com=0.5", "--jobs", jobs, "--out", str(out_dir)]) == 0
+    assert main([*TINY, "--ablation", "gts,full+model.beta_com=0.5", "--jobs", jobs, "--out", str(out_dir)]) == 0
     out = capfd.readouterr().out  # the arms' processes print to the same file descriptor
     assert "the first 40 training and 6 validation problems" in out
     assert "[gts] epoch 2/2" in out and "[full+model.beta_com=0.5] epoch 2/2" in out
@@ -46,4 +46,4 @@ def test_arms_are_checked_before_any_work():
     with pytest.raises(ValueError, match="twice"):
         parse_arms("gts,gts")
     with pytest.raises(SystemExit, match="unknown config keys"):
-        main([*TINY, "--arms", "full+model.nope=1"])
+        main([*TINY, "--arms", "full+model.nope=1"])  # --arms: the older name of --ablation

@@ -1,11 +1,16 @@
-"""Scoring on hand-made predictions: value and equation accuracy, Table-4 buckets, predictions file."""
+"""Scoring on hand-made predictions: value and equation accuracy, Table-4 buckets, predictions
+file; the command on a model trained briefly on the sample data (``model_dir``, tests/conftest.py)."""
 import json
 
 import pytest
 
+from hlgt.config import Config
+from hlgt.data.build import shards_path
+from hlgt.data.shards import load_rows
+from hlgt.inference import load_model
 from hlgt.train.evaluate import (
     NUMBER_BUCKETS,
-    infix_with_numbers,
+    main,
     number_bucket,
     read_predictions,
     score,
@@ -82,13 +87,6 @@ def test_bucket_edges():
     assert [number_bucket(n) for n in (0, 1, 2, 6, 7, 30)] == ["<=1", "<=1", "2", "6", ">=7", ">=7"]
 
 
-def test_infix_substitutes_numbers():
-    assert infix_with_numbers(["*", "-", "N0", "1", "N1"], ["11", "2"]) == "(11-1)*2"
-    assert infix_with_numbers(["*", "N0", "N1"], ["(2/5)", "20%"]) == "(2/5)*20%"
-    assert infix_with_numbers(["+", "N0"], ["1"]) == "+ N0"  # malformed stays readable
-    assert infix_with_numbers(None, []) == ""
-
-
 def test_empty_split_is_an_error():
     with pytest.raises(ValueError, match="no problems"):
         summarise([])
@@ -111,34 +109,22 @@ def test_predictions_file_and_tables(tmp_path, scored):
     assert lines[0] == "numbers,problems,proportion,value_acc,equation_acc" and len(lines) == 9
 
 
-def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
-    """Batches are formed by text length; every prediction still lands on its own row."""
-    import torch
+@pytest.mark.parametrize("bf16", [False, True])
+def test_cli_scores_a_split_from_the_model_folder(model_dir, tmp_path, capsys, bf16):
+    assert main(["--model", str(model_dir), "--split", "test", "--out", str(tmp_path)]
+                + (["--bf16"] if bf16 else [])) == 0
+    out = capsys.readouterr().out
+    predictions = read_predictions(tmp_path / "predictions_test.jsonl")
+    solver, flat = load_model(model_dir)
+    test_rows = load_rows(shards_path(Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})), "test")
+    assert [p["id"] for p in predictions] == [str(r["id"]) for r in test_rows]
+    value_acc = sum(p["value_correct"] for p in predictions) / len(predictions)
+    assert f"value accuracy {100 * value_acc:.1f}%" in out and ("bfloat16" in out) == bf16
+    assert (tmp_path / "numbers_test.md").is_file()
+    assert solver.cfg.bf16_inference is False  # --bf16 is the command's setting, not written into the model
 
-    from hlgt.data import collate as collate_module
-    from hlgt.train import evaluate as evaluate_module
-    from hlgt.train.evaluate import predict
 
-    rows = [{"id": str(i), "tokens": ["w"] * n} for i, n in enumerate([9, 2, 7, 1, 5, 3, 8])]
-    seen_batches = []
-
-    def fake_collate(chunk, vocab, variant):
-        seen_batches.append([len(r["tokens"]) for r in chunk])
-        return type("B", (), {"ids": [r["id"] for r in chunk], "to": lambda self, device: self})()
-
-    beam_batches = []
-
-    class EchoSolver(torch.nn.Module):
-        def solve(self, batch, beam_size, beam_batch):
-            beam_batches.append(beam_batch)
-            return [[f"N{b}"] for b in batch.ids]  # the row's own id, to check placement
-
-    monkeypatch.setattr(collate_module, "collate", fake_collate)
-    out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
-    assert out == [[f"N{i}"] for i in range(len(rows))]
-    assert seen_batches == [[1, 2, 3, 5, 7, 8, 9]] and beam_batches == [6]  # one encoder batch of up to 4 x 3
-    seen_batches.clear()
-    monkeypatch.setattr(evaluate_module, "ENCODE_BATCHES", 1)
-    out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
-    assert out == [[f"N{i}"] for i in range(len(rows))]
-    assert seen_batches == [[1, 2, 3], [5, 7, 8], [9]]
+def test_cli_takes_no_abbreviated_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["--model", "m", "--data", "problems.json"])  # not --data-dir
+    assert "unrecognized arguments: --data problems.json" in capsys.readouterr().err

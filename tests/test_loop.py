@@ -28,7 +28,7 @@ class Interrupt(Exception):
 
 
 def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
-    from hlgt.data.build import load_vocab
+    from hlgt.data.shards import load_vocab
     from hlgt.model.solver import Solver
 
     run = tmp_path / "run"
@@ -140,7 +140,7 @@ def test_train_command_config_and_run_name():
 
 
 def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):
-    from hlgt.data.build import load_vocab
+    from hlgt.data.shards import load_vocab
     from hlgt.data.vocab import read_word_vectors
     from hlgt.model.solver import Solver
 

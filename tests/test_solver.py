@@ -238,8 +238,7 @@ def test_solve_returns_valid_prefixes(encoder):
         model = solver(seed, encoder=encoder)
         model.train()
         for beam, bf16 in ((1, False), (3, False), (3, True)):
-            model.cfg.bf16_inference = bf16
-            out = model.solve(batch, beam_size=beam)
+            out = model.solve(batch, beam_size=beam, bf16_inference=bf16)
             assert model.training  # solve restores the mode
             assert len(out) == len(rows)
             for tokens, row in zip(out, rows):
@@ -248,6 +247,20 @@ def test_solve_returns_valid_prefixes(encoder):
         model.solve(batch, beam_size=0)
     with pytest.raises(ValueError, match="beam_batch"):
         model.solve(batch, beam_batch=0)
+
+
+def test_bf16_inference_is_the_calls_setting_over_the_configs(monkeypatch):
+    """A caller decodes in bfloat16 (or not) without writing into the model's config."""
+    batch = collate(make_rows(3, 5), VOCAB)
+    for configured in (False, True):
+        model = solver(encoder="none", bf16_inference=configured)
+        seen = []
+        forward = model.encoder.forward
+        monkeypatch.setattr(model.encoder, "forward",
+                            lambda b, low_precision=False: seen.append(low_precision) or forward(b, low_precision))
+        model.solve(batch)
+        model.solve(batch, bf16_inference=not configured)
+        assert seen == [configured, not configured] and model.cfg.bf16_inference is configured
 
 
 def test_even_step_cuts_evenly():

@@ -1,67 +1,87 @@
-"""The sweep: search space sampling, the plan, the results table and chart; and (Ray) a two-arm
-sweep on the sample data that writes the table, the chart and one offline W&B run per trial."""
+"""The sweep: search space sampling, the plan, the results table and chart, the command line
+(``tune/sweep.py``, loaded from its file); and (Ray) a two-arm sweep on the sample data that writes
+the table, the chart and one offline W&B run per trial."""
+import importlib.util
 import json
 import math
+import pickle
+from pathlib import Path
 
 import pytest
 
-from hlgt.train import sweep
+from hlgt.sweep import results, space
+from hlgt.sweep.plan import Plan, build_shards
 
 CENTRE = {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1, "train.lr": 1e-3}
 
 
+def load_command():
+    """``tune/sweep.py`` as a module (a script, not part of the installed package)."""
+    path = Path(__file__).resolve().parents[1] / "tune" / "sweep.py"
+    spec = importlib.util.spec_from_file_location("sweep_command", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+command = load_command()
+
+
 def test_parse_values():
-    assert sweep.parse_values("2,4, 8") == [2, 4, 8]
-    assert sweep.parse_values("0.05,1e-3") == [0.05, 1e-3]
-    assert sweep.parse_values("true,srl") == [True, "srl"]
+    assert space.parse_values("2,4, 8") == [2, 4, 8]
+    assert space.parse_values("0.05,1e-3") == [0.05, 1e-3]
+    assert space.parse_values("true,srl") == [True, "srl"]
 
 
 def test_samples_start_at_the_centre_and_stay_distinct():
-    configs = sweep.sample_configs(sweep.DEFAULT_SPACE, CENTRE, n=6, seed=3)
+    configs = space.sample_configs(space.DEFAULT_SPACE, CENTRE, n=6, seed=3)
     assert configs[0] == {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}
     assert len(configs) == 6 and len({json.dumps(c, sort_keys=True) for c in configs}) == 6
     for c in configs:
-        assert all(c[k] in v for k, v in sweep.DEFAULT_SPACE.items())
-    assert sweep.sample_configs(sweep.DEFAULT_SPACE, CENTRE, n=6, seed=3) == configs  # seeded
-    assert len(sweep.sample_configs({"model.heads": [2, 4]}, CENTRE, n=10)) == 2  # capped by the space
+        assert all(c[k] in v for k, v in space.DEFAULT_SPACE.items())
+    assert space.sample_configs(space.DEFAULT_SPACE, CENTRE, n=6, seed=3) == configs  # seeded
+    assert len(space.sample_configs({"model.heads": [2, 4]}, CENTRE, n=10)) == 2  # capped by the space
 
 
 def test_grid_and_continuous_dimensions():
-    grid = sweep.sample_configs({"model.heads": [2, 4], "model.layers": [1, 2, 3]}, CENTRE, n=1, grid=True)
+    grid = space.sample_configs({"model.heads": [2, 4], "model.layers": [1, 2, 3]}, CENTRE, n=1, grid=True)
     assert len(grid) == 6
-    lr = sweep.sample_configs({"train.lr": {"loguniform": [1e-4, 1e-2]}}, CENTRE, n=5, seed=1)
+    lr = space.sample_configs({"train.lr": {"loguniform": [1e-4, 1e-2]}}, CENTRE, n=5, seed=1)
     assert lr[0] == {"train.lr": 1e-3} and all(1e-4 <= c["train.lr"] <= 1e-2 for c in lr)
     # A centre outside the space is replaced by the space's middle.
-    assert sweep.sample_configs({"train.lr": {"uniform": [0.1, 0.3]}}, CENTRE, n=1)[0]["train.lr"] == pytest.approx(0.2)
-    assert sweep.sample_configs({"model.heads": [1, 2, 8]}, CENTRE, n=1) == [{"model.heads": 2}]
+    assert space.sample_configs({"train.lr": {"uniform": [0.1, 0.3]}}, CENTRE, n=1)[0]["train.lr"] == pytest.approx(0.2)
+    assert space.sample_configs({"model.heads": [1, 2, 8]}, CENTRE, n=1) == [{"model.heads": 2}]
     with pytest.raises(ValueError, match="not a config key"):
-        sweep.sample_configs({"model.head": [2]}, CENTRE, n=1)
+        space.sample_configs({"model.head": [2]}, CENTRE, n=1)
     with pytest.raises(ValueError, match="list of values"):
-        sweep.sample_configs({"model.heads": {"normal": [0, 1]}}, CENTRE, n=1)
+        space.sample_configs({"model.heads": {"normal": [0, 1]}}, CENTRE, n=1)
 
 
 def test_smoke_plan(tmp_path):
-    args = sweep.build_parser().parse_args(
+    args = command.build_parser().parse_args(
         ["--ablation", "no_line_graph", "--smoke-test", "--storage", str(tmp_path / "sweeps"),
          "--set", f"data.shards_dir={tmp_path / 'processed'}", "--seeds", "1,2"])
-    plan = sweep.make_plan(args)
+    plan = command.make_plan(args)
+    plan.shards = build_shards(plan)
     assert plan.arms == ["full", "no_line_graph"]  # the reference arm is added
     assert plan.samples == [{"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}]
     assert plan.replicates == [{"data.fold": 0, "train.seed": 1}, {"data.fold": 0, "train.seed": 2}]
-    assert plan.base["data.dataset"] == "sample" and plan.base["model.hidden_size"] == sweep.SMOKE["model.hidden_size"]
+    assert plan.base["data.dataset"] == "sample" and plan.base["model.hidden_size"] == command.SMOKE["model.hidden_size"]
     assert plan.trial_flat("no_line_graph", 0, 1)["model.line_graph"] is False
     assert plan.trial_flat("no_line_graph", 0, 1)["train.seed"] == 2
+    assert plan.shards == {0: str(tmp_path / "processed" / "sample-offline")}
     assert (tmp_path / "processed" / "sample-offline" / "manifest.json").exists()
     assert plan.root == str(tmp_path / "sweeps" / plan.name)
+    assert pickle.loads(pickle.dumps(plan)) == plan  # Tune hands it to every trial (with_parameters)
 
     # The same from a YAML file; command-line flags win over it.
     space = tmp_path / "space.yaml"
     space.write_text("space:\n  model.heads: [2, 4]\n  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\n"
                      "num_samples: 3\nablation: [gts, hgt]\nset: {train.epochs: 7}\n")
-    args = sweep.build_parser().parse_args(
+    args = command.build_parser().parse_args(
         ["--space", str(space), "--dataset", "sample", "--no-reference", "--layers", "1,3", "--storage",
          str(tmp_path / "sweeps"), "--set", f"data.shards_dir={tmp_path / 'processed'}"])
-    plan = sweep.make_plan(args)
+    plan = command.make_plan(args)
     assert plan.arms == ["gts", "hgt"] and plan.base["train.epochs"] == 7 and len(plan.samples) == 3
     assert set(plan.samples[0]) == {"model.heads", "train.lr", "model.layers"}
     assert plan.samples[0] == {"model.heads": 4, "train.lr": 1e-3, "model.layers": 3}  # the centre, within the space
@@ -76,17 +96,17 @@ def test_results_table_and_chart(tmp_path):
          "val_value_acc_mean": 0.75, "val_value_acc_std": 0.0, "test_value_acc_mean": 0.74,
          "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01},
     ]
-    paths = sweep.write_results(tmp_path, rows, "seeds", "t")
+    paths = results.write_results(tmp_path, rows, "seeds", "t")
     md = paths["md"].read_text()
     assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 |" in md
-    assert paths["csv"].read_text().splitlines()[0] == ",".join(sweep.CSV_COLUMNS)
+    assert paths["csv"].read_text().splitlines()[0] == ",".join(results.CSV_COLUMNS)
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_mean_std():
-    assert sweep.mean_std([0.5]) == (0.5, 0.0)
-    m, s = sweep.mean_std([0.4, 0.6])
+    assert results.mean_std([0.5]) == (0.5, 0.0)
+    m, s = results.mean_std([0.4, 0.6])
     assert m == pytest.approx(0.5) and s == pytest.approx(math.sqrt(0.02))
 
 
@@ -102,7 +122,7 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
     argv = ["--ablation", "no_line_graph", "--smoke-test", "--name", "t", "--storage", str(storage),
             "--set", f"data.shards_dir={tmp_path / 'processed'}", "--set", "train.epochs=2"]
     try:
-        assert sweep.main(argv) == 0
+        assert command.main(argv) == 0
     finally:
         ray.shutdown()
     out = capsys.readouterr().out
@@ -125,12 +145,22 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
 
 
 def test_an_arm_trains_each_distinct_model_once(tmp_path):
-    plan = sweep.Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "gts", "no_aux_task"],
+    plan = Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "gts", "no_aux_task"],
                       samples=[{"model.heads": 4, "model.beta_com": 0.1}, {"model.heads": 2, "model.beta_com": 0.1},
                                {"model.heads": 4, "model.beta_com": 0.2}, {"model.heads": 8, "model.beta_com": 0.2}],
                       replicates=[{"data.fold": 0, "train.seed": 1}], shards={})
     assert plan.arm_samples("full") == [0, 1, 2, 3]
     assert plan.arm_samples("no_aux_task") == [0, 1, 3]  # beta_com unread: sample 2 is sample 0
     assert plan.arm_samples("gts") == [0]  # no graph encoder, no comparison head
-    assert plan.arm_params("gts", 3) == {} and sweep.describe(plan.arm_params("gts", 3)) == "defaults"
+    assert plan.arm_params("gts", 3) == {} and space.describe(plan.arm_params("gts", 3)) == "defaults"
     assert plan.arm_params("no_aux_task", 3) == {"model.heads": 8}
+
+
+def test_command_line_errors_name_the_problem(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="sweep: unknown ablation arm 'nope'; the arms are full, "):
+        command.main(["--ablation", "full,nope", "--storage", str(tmp_path)])
+    with pytest.raises(SystemExit, match="unknown config keys"):
+        command.main(["--set", "model.nope=1", "--storage", str(tmp_path)])
+    with pytest.raises(SystemExit):  # no abbreviations: --abl is not --ablation
+        command.build_parser().parse_args(["--abl", "gts"])
+    assert "unrecognized arguments: --abl" in capsys.readouterr().err

@@ -1,12 +1,178 @@
-"""The sweep command: ``python tune/sweep.py --ablation no_line_graph --smoke-test``.
+"""The sweep command: search space × ablation arms → Ray Tune → results table, chart, best models.
 
-A thin entry point; the search space, arms, Tune experiments, selection on validation, the test
-evaluation of each arm's best configuration, the results table and chart live in
-``hlgt/train/sweep.py`` (``python tune/sweep.py --help`` lists the options).
+    python tune/sweep.py --ablation no_line_graph --smoke-test
+    python tune/sweep.py --dataset mawps --folds 0,1,2,3,4 --ablation all --gpus-per-trial 1
+    python tune/sweep.py --dataset math23k --space sweep.yaml --num-samples 8 --seeds 1,2,3
+
+Search space (``hlgt/sweep/space.py``): heads, layers and β_com by default (centred on the paper's
+4 / 2 / 0.1), the learning rate and hidden size when asked (``--lr``, ``--hidden``), from the
+command line or a YAML file (``space:`` key → list of values, or ``{uniform: [lo, hi]}`` /
+``{loguniform: [lo, hi]}``). ``--num-samples N`` draws N configurations (the first is the centre;
+``--grid`` takes the whole product); each is trained once per replicate (``--seeds``, ``--folds``),
+so a configuration's score is a mean over the same replicates. An arm skips configurations that
+differ only in settings its model does not read (``Config.unread_keys``: ``gts`` has no heads,
+layers or β_com).
+
+Arms: ``--ablation`` names arms of ``hlgt.config.ABLATIONS`` (or ``all``); ``full`` is added as the
+reference unless ``--no-reference``. Each arm is its own Tune experiment (``<storage>/<name>/<arm>``,
+``hlgt/sweep/experiments.py``) so that the scheduler (ASHA by default, ``--scheduler
+fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
+An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
+kept, unfinished ones continue from their last checkpoint.
+
+Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
+best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
+on test. The sweep writes ``results.md``, ``results.csv``, ``results.json`` and ``results.png``
+(bars per arm, mean ± std) into ``<storage>/<name>/`` and, with W&B on, one summary run with the
+table and the best models' test predictions (each trial has its own run, grouped by the sweep).
+
+This file reads the command line (and the YAML file) into a ``hlgt.sweep.plan.Plan`` and runs it;
+the sweep itself lives in the installed package ``hlgt.sweep``, which Ray's workers import.
 """
-import sys
+from __future__ import annotations
 
-from hlgt.train.sweep import main
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
+from hlgt.sweep.experiments import run
+from hlgt.sweep.plan import Plan, build_shards
+from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
+
+# --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
+SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.lr_step": 8, "train.batch_size": 16,
+         "train.eval_every": 3, "train.threads": 1, "model.embedding_size": 64, "model.hidden_size": 128,
+         "model.beam_size": 3, "model.max_output_len": 20}
+YAML_KEYS = {"space", "num_samples", "seeds", "folds", "ablation", "scheduler", "set"}
+# The search flags and the config key each one searches.
+SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
+                "hidden": "model.hidden_size"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tune/sweep.py", description="HLGT hyperparameter and ablation sweep on Ray Tune.",
+                                allow_abbrev=False)
+    p.add_argument("--dataset", default=None, help="sample | math23k | mawps | ape210k (default mawps; sample with --smoke-test)")
+    p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
+    p.add_argument("--ablation", default=None,
+                   help="arm, comma list of arms, or 'all' (%s); default full" % ", ".join(ABLATIONS))
+    p.add_argument("--no-reference", action="store_true", help="do not add the full model as the reference arm")
+    p.add_argument("--space", default=None, help="YAML file: space (key → values), and optionally num_samples, "
+                   "seeds, folds, ablation, scheduler, set")
+    p.add_argument("--heads", default=None, help="values for model.heads, e.g. 2,4,8")
+    p.add_argument("--layers", default=None, help="values for model.layers")
+    p.add_argument("--beta-com", default=None, help="values for model.beta_com")
+    p.add_argument("--lr", default=None, help="values for train.lr (searched only when given)")
+    p.add_argument("--hidden", default=None, help="values for model.hidden_size (searched only when given)")
+    p.add_argument("--num-samples", type=int, default=None, help="configurations per arm (default 4)")
+    p.add_argument("--grid", action="store_true", help="try the whole product of the space instead of samples")
+    p.add_argument("--search-seed", type=int, default=0)
+    p.add_argument("--seeds", default=None, help="training seeds per configuration, e.g. 1,2,3")
+    p.add_argument("--folds", default=None, help="MAWPS folds per configuration, e.g. 0,1,2,3,4")
+    p.add_argument("--scheduler", default=None, choices=["asha", "median", "fifo"], help="default asha")
+    p.add_argument("--workers-per-trial", type=int, default=1)
+    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per training worker")
+    p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per training worker (> 0 trains on GPU)")
+    p.add_argument("--max-concurrent", type=int, default=0, help="trials at once (default: what the cluster fits)")
+    p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
+    p.add_argument("--storage", default=None, help="results root (default $HLGT_STORAGE/sweeps, else runs/sweeps)")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    p.add_argument("--no-wandb", action="store_true", help="no W&B runs")
+    p.add_argument("--smoke-test", action="store_true", help="the whole path on the sample data in a few minutes on a CPU")
+    return p
+
+
+def load_yaml(path: str | None) -> dict:
+    """The ``--space`` file's keys (none without one); an unknown key is an error."""
+    if not path:
+        return {}
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    unknown = set(data) - YAML_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    return data
+
+
+def as_list(v: Any) -> list:
+    """A flag's ``"1,2,3"`` or a YAML list (or a single YAML value) as a list."""
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return parse_values(v)
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def base_overrides(args: argparse.Namespace, spec: dict, dataset: str) -> dict[str, Any]:
+    """The flat overrides every trial shares, checked and coerced now, before Ray starts: the
+    dataset's paper settings, ``--smoke-test``, the YAML's ``set``, ``--set``, then the flags."""
+    base: dict[str, Any] = {**DATASET_DEFAULTS.get(dataset, {}), "data.dataset": dataset}
+    if args.data_dir:
+        base["data.data_dir"] = args.data_dir
+    if args.smoke_test:
+        base.update(SMOKE)
+    base.update(spec.get("set") or {})
+    base.update(parse_overrides(args.set))
+    if args.no_wandb:
+        base["train.wandb"] = False
+    if args.gpus_per_trial > 0:
+        base["train.use_gpu"] = True
+    base["train.workers"] = args.workers_per_trial
+    return {k: v for k, v in Config.from_flat(base).to_flat().items() if k in base}
+
+
+def search_space(args: argparse.Namespace, spec: dict) -> dict[str, Any]:
+    """The YAML's ``space`` (else the default one), with the search flags' values over it."""
+    space = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in (spec.get("space") or DEFAULT_SPACE).items()}
+    for flag, key in SEARCH_FLAGS.items():
+        if getattr(args, flag):
+            space[key] = parse_values(getattr(args, flag))
+    return space
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    """The command line and its YAML file as a plan (the shards are built afterwards)."""
+    spec = load_yaml(args.space)
+    dataset = "sample" if args.smoke_test else (args.dataset or "mawps")
+    base = base_overrides(args, spec, dataset)
+    centre = Config.from_flat(base)
+    num_samples = args.num_samples or spec.get("num_samples") or (1 if args.smoke_test else 4)
+    samples = sample_configs(search_space(args, spec), centre.to_flat(), num_samples, seed=args.search_seed,
+                             grid=args.grid)
+    arms = ablation_arms(args.ablation or spec.get("ablation") or "full")
+    if not args.no_reference and "full" not in arms:
+        arms = ["full"] + arms
+    seeds = as_list(args.seeds) or as_list(spec.get("seeds")) or [centre.train.seed]
+    folds = as_list(args.folds) or as_list(spec.get("folds")) or [centre.data.fold]
+    replicates = [{"data.fold": int(f), "train.seed": int(s)} for f in folds for s in seeds]
+    name = args.name or ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80]
+    storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
+    plan = Plan(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
+                scheduler=args.scheduler or spec.get("scheduler") or "asha", workers=args.workers_per_trial,
+                cpus_per_worker=args.cpus_per_trial, gpus_per_worker=args.gpus_per_trial,
+                max_concurrent=args.max_concurrent, max_failures=args.max_failures, wandb=centre.train.wandb)
+    # Offline W&B runs live next to the results, or in the home folder when the results go to S3.
+    plan.wandb_dir = plan.root if not is_uri(plan.root) else os.path.join("~", "hlgt-wandb", name)
+    plan.replicate_kind = "folds" if len(folds) > 1 and len(seeds) == 1 else "seeds" if len(folds) == 1 else "runs"
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        plan = make_plan(args)
+    except ValueError as e:  # an unknown arm, config key or value, or a bad YAML file: the message says which
+        raise SystemExit(f"sweep: {e}")
+    plan.shards = build_shards(plan, address=args.address)
+    run(plan, address=args.address)
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

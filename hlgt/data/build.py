@@ -1,4 +1,4 @@
-"""Stage 5: a dataset → Parquet shards + ``manifest.json``, annotated in a Ray Data actor pool.
+"""Building shards: a dataset → Parquet shards + ``manifest.json``, annotated in a Ray Data actor pool.
 
     python -m hlgt.data.build --dataset math23k [--split valid] [--annotator offline|ltp|hanlp]
         [--annotator-model M] [--fold K] [--data-dir DIR] [--out DIR] [--actors N | --no-ray]
@@ -25,7 +25,7 @@ same key reuses the shards ("reusing ..."); a different key rebuilds everything 
 ``--force`` always rebuilds. Splits are reused or built one by one, and the manifest is written
 after each split, so an interrupted build keeps its finished splits.
 
-Reading back (``load_rows``, ``load_manifest``, ``load_vocab``) needs pyarrow only, never Ray.
+Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, no annotator).
 """
 from __future__ import annotations
 
@@ -52,12 +52,12 @@ from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
 from hlgt.data.numbers import Example
-from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERSION, check_schema, example_from_row,
-                              example_to_row, graph_to_row)
+from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERSION, example_from_row, example_to_row,
+                              graph_to_row)
+from hlgt.data.shards import MANIFEST
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
 from hlgt.data.vocab import NUM, Vocab
 
-MANIFEST = "manifest.json"
 ROWS_PER_SHARD = 4096
 BATCH_SIZE = 64  # problems per map_batches call (and per Ray block)
 ANNOTATION_FAILED = "annotation_failed"  # AnnotationError: the backend cannot handle the problem
@@ -362,33 +362,6 @@ def _counts(read, cleaned) -> dict:
 # The build: reuse or rebuild, split by split; Ray start and stop.
 
 
-def load_manifest(shards_dir: str | Path) -> dict:
-    path = Path(shards_dir) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"no {MANIFEST} in {shards_dir}: build it with `python -m hlgt.data.build`")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def load_vocab(shards_dir: str | Path) -> Vocab:
-    manifest = load_manifest(shards_dir)
-    if manifest.get("vocab") is None:
-        raise ValueError(f"{shards_dir} has no vocabulary (its dataset had no training split)")
-    return Vocab.from_dict(manifest["vocab"])
-
-
-def load_rows(shards_dir: str | Path, split: str) -> list[dict]:
-    """Every row of one split, in order, as plain Python values (pyarrow only; no Ray)."""
-    manifest = load_manifest(shards_dir)
-    if split not in manifest["splits"]:
-        raise KeyError(f"{shards_dir} has no {split!r} split (built: {sorted(manifest['splits'])})")
-    rows: list[dict] = []
-    for name in manifest["splits"][split]["shards"]:
-        table = pq.read_table(Path(shards_dir) / split / name)
-        check_schema(table.schema, f"{shards_dir}/{split}/{name}")
-        rows += table.to_pylist()
-    return rows
-
-
 def _stale_reason(manifest: dict | None, prepared: Prepared) -> str:
     if manifest is None:
         return "no manifest"
@@ -411,6 +384,25 @@ def _check_out_dir(out: Path) -> None:
         raise FileExistsError(f"{out} holds files that are not shards ({foreign[:5]}); choose another --out")
 
 
+def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bool) -> tuple[dict | None, list[str]]:
+    """Reuse or rebuild: the manifest to extend (None: start afresh, old splits cleared) and the
+    splits still to build (none when every split is there under the same key)."""
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
+    if manifest is not None and manifest.get("key") == prepared.key and not force:
+        todo = [s for s in splits if s not in manifest["splits"]
+                or not all((out / s / n).is_file() for n in manifest["splits"][s]["shards"])]
+        if not todo:
+            print(f"[build] reusing {out} (key {prepared.key}, splits {', '.join(splits)})", flush=True)
+        else:
+            print(f"[build] {out}: same key, building missing split(s) {', '.join(todo)}", flush=True)
+        return manifest, todo
+    why = "--force" if force and manifest is not None else _stale_reason(manifest, prepared)
+    print(f"[build] building {out} ({why})", flush=True)
+    for split in SPLITS:
+        shutil.rmtree(out / split, ignore_errors=True)
+    return None, splits
+
+
 def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | None = None, actors: int = 1,
           address: str | None = None, force: bool = False, batch_size: int = BATCH_SIZE) -> Path:
     """Build (or reuse) the shards of ``splits`` (default all); ``actors=0``: no Ray. Returns the folder."""
@@ -424,21 +416,9 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
     prepared = prepare(cfg, splits)
     for note in prepared.notes:
         print(f"[build] note: {note}", flush=True)
-    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
-    if manifest is not None and manifest.get("key") == prepared.key and not force:
-        todo = [s for s in splits if s not in manifest["splits"]
-                or not all((out / s / n).is_file() for n in manifest["splits"][s]["shards"])]
-        if not todo:
-            print(f"[build] reusing {out} (key {prepared.key}, splits {', '.join(splits)})", flush=True)
-            return out
-        print(f"[build] {out}: same key, building missing split(s) {', '.join(todo)}", flush=True)
-    else:
-        why = "--force" if force and manifest is not None else _stale_reason(manifest, prepared)
-        print(f"[build] building {out} ({why})", flush=True)
-        for split in SPLITS:
-            shutil.rmtree(out / split, ignore_errors=True)
-        manifest = None
-        todo = splits
+    manifest, todo = _splits_to_build(out, prepared, splits, force)
+    if not todo:
+        return out
     manifest = manifest or _new_manifest(cfg, prepared)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -569,35 +549,6 @@ def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> P
     return build(cfg, out=shards_path(cfg), actors=actors, address=address)
 
 
-def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
-    """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
-
-    Not checked against the raw files (they may be absent); checked against ``cfg``: same schema
-    version, dataset, fold (and MAWPS fold scheme) and annotator, every listed shard present, a
-    vocabulary.
-    """
-    out = Path(shards_dir)
-    manifest = load_manifest(out)
-    d = cfg.data
-    mawps = d.dataset == "mawps"
-    wanted = {"schema_version": SCHEMA_VERSION, "dataset": d.dataset, "fold": d.fold if mawps else None,
-              "mawps_folds": d.mawps_folds if mawps else None}
-    # Shards written before fold schemes existed hold the grouped folds.
-    found = {k: manifest.get(k, "grouped" if k == "mawps_folds" and mawps else None) for k in wanted}
-    if found != wanted:
-        raise ValueError(f"{out} holds {found}, this run needs {wanted}: build the shards for this run with "
-                         f"`python -m hlgt.data.build` or pass the matching --shards folder")
-    if manifest["annotator"]["option"] != d.annotator:
-        raise ValueError(f"{out} was annotated by {manifest['annotator']['option']!r}, this run asks for "
-                         f"data.annotator={d.annotator!r}")
-    missing = [f"{s}/{n}" for s, meta in manifest["splits"].items() for n in meta["shards"] if not (out / s / n).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{out} lacks shard file(s) {missing[:5]} listed in its manifest")
-    load_vocab(out)
-    print(f"[build] using prebuilt shards {out} (key {manifest['key']}; not checked against the raw data)", flush=True)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Benchmark: problems per second with 1, 2, ... actors in one Ray session.
 
@@ -675,7 +626,8 @@ def _actor_list(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
     p.add_argument("--split", action="append", choices=SPLITS, help="split(s) to build (repeatable; default all)")
     p.add_argument("--fold", type=int, default=0, help="MAWPS fold (0..4)")

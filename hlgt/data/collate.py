@@ -5,7 +5,7 @@ ablation arm's graph variant is selected here, at batch time, from the superset 
 shards: the data is preprocessed once and every arm reads the same files. Tokens are stored as
 strings and mapped to ids here, so one shard set serves any vocabulary.
 
-Entry points: ``collate(rows, vocab, variant)`` for rows from ``hlgt.data.build.load_rows``;
+Entry points: ``collate(rows, vocab, variant)`` for rows from ``hlgt.data.shards.load_rows``;
 ``iter_batches`` over in-memory rows, for the single-process loop and for each Ray Train worker's
 shard alike. All vectorised with numpy over the concatenated lists: no Python loop over nodes or
 edges.

@@ -99,7 +99,7 @@ def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_fre
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--data-dir", default=None,
                         help="folder holding math23k/, mawps/, ape210k/ "
                              "(default: $HLGT_DATA_DIR or ../shared/datasets)")

@@ -265,7 +265,7 @@ def _folds_json(spec: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id files (both schemes).")
+    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id files (both schemes).", allow_abbrev=False)
     parser.add_argument("--data-dir", default=None, help="folder holding mawps/MAWPS.json "
                         "(default: $HLGT_DATA_DIR or ../shared/datasets)")
     parser.add_argument("--write-mawps-folds", action="store_true",

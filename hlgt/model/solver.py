@@ -95,8 +95,13 @@ class Solver(nn.Module):
             raise ValueError(f"problems {ids} have a gold token outside the outputs or the problem's quantities")
 
     @torch.no_grad()
-    def solve(self, batch: Batch, beam_size: int | None = None, beam_batch: int | None = None) -> list[list[str]]:
+    def solve(self, batch: Batch, beam_size: int | None = None, beam_batch: int | None = None,
+              bf16_inference: bool | None = None) -> list[list[str]]:
         """Prefix tokens (ops, constants, "N0".."Nk") per problem; [] if no expression can be formed.
+
+        ``beam_size`` and ``bf16_inference`` (bfloat16 products in the encoder's CPU GRUs) are
+        this call's settings; None takes the model config's (``model.beam_size``,
+        ``model.bf16_inference``).
 
         ``beam_batch``: the encoder runs on the whole batch at once, the beam search on
         consecutive slices of at most this many problems (None: all), as even as possible
@@ -108,6 +113,7 @@ class Solver(nn.Module):
         the slices are searched side by side, one thread each (``_map_on_cpu_threads``). A
         problem's output does not depend on its batch-mates either way."""
         beam_size = self.cfg.beam_size if beam_size is None else beam_size
+        bf16_inference = self.cfg.bf16_inference if bf16_inference is None else bf16_inference
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if beam_batch is not None and beam_batch < 1:
@@ -115,7 +121,7 @@ class Solver(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            enc = self.encoder(batch, low_precision=self.cfg.bf16_inference)
+            enc = self.encoder(batch, low_precision=bf16_inference)
             step = even_step(len(batch), beam_batch or len(batch))
             slices = [slice(start, start + step) for start in range(0, len(batch), step)]
 

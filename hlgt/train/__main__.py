@@ -16,12 +16,12 @@ import json
 import sys
 from pathlib import Path
 
-from hlgt.config import DATASET_DEFAULTS, Config, parse_overrides
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, parse_overrides, storage_root
 from hlgt.data.splits import MAWPS_FOLD_FILES
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hlgt.train", description="Train HLGT (one run).")
+    p = argparse.ArgumentParser(prog="python -m hlgt.train", description="Train HLGT (one run).", allow_abbrev=False)
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
     p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
@@ -30,14 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None,
                    help="a prebuilt shard folder to train on as is (no raw data or annotator needed)")
-    p.add_argument("--arm", default="full", help="ablation arm (hlgt.config.ABLATIONS)")
+    p.add_argument("--ablation", "--arm", dest="ablation", default="full",
+                   help="ablation arm: %s (default full)" % ", ".join(ABLATIONS))
     p.add_argument("--workers", type=int, default=None, help="Ray Train workers (default train.workers)")
     p.add_argument("--cpus-per-worker", type=float, default=None,
                    help="CPUs per Ray Train worker (default: 1, or less so that one CPU stays free for Ray Data)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--no-ray", action="store_true", help="train in this process, without Ray")
-    p.add_argument("--name", default=None, help="run name (default <dataset>[-fold<k>]-<arm>-seed<s>)")
+    p.add_argument("--name", default=None, help="run name (default <dataset>[-fold<k>]-<ablation>-seed<s>)")
     p.add_argument("--storage", default=None, help="Ray run storage (default $HLGT_STORAGE/runs, else train.out_dir)")
     p.add_argument("--fresh", action="store_true", help="in process: ignore an existing checkpoint of this run")
     p.add_argument("--no-wandb", action="store_true", help="no W&B run")
@@ -46,12 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_config(args: argparse.Namespace) -> Config:
-    from hlgt.config import ABLATIONS
-
-    if args.arm not in ABLATIONS:
-        raise SystemExit(f"unknown arm {args.arm!r}; choose from {list(ABLATIONS)}")
+    try:
+        arm = check_ablation(args.ablation)
+    except ValueError as e:
+        raise SystemExit(str(e))
     flat = {**DATASET_DEFAULTS.get(args.dataset, {}), "data.dataset": args.dataset, "data.fold": args.fold,
-            "data.mawps_folds": args.mawps_folds, **ABLATIONS[args.arm]}
+            "data.mawps_folds": args.mawps_folds, **ABLATIONS[arm]}
     if args.data_dir:
         flat["data.data_dir"] = args.data_dir
     if args.workers is not None:
@@ -73,9 +74,10 @@ def run_name(cfg: Config, arm: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = make_config(args)
-    name = args.name or run_name(cfg, args.arm)
+    name = args.name or run_name(cfg, args.ablation)
 
-    from hlgt.data.build import ensure_shards, use_shards
+    from hlgt.data.build import ensure_shards
+    from hlgt.data.shards import use_shards
     from hlgt.train import launch
 
     use_ray = not args.no_ray and cfg.train.workers >= 1 and launch.ray_available()
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
 
     if use_ray:
-        storage = launch.storage_root(args.storage, cfg.train.out_dir, "runs")
+        storage = storage_root(args.storage, cfg.train.out_dir, "runs")
         launch.init_ray(args.address)
         result = launch.fit(cfg, shards, name=name, storage=storage, cpus_per_worker=args.cpus_per_worker)
         run_dir, metrics = result.run_dir, result.metrics

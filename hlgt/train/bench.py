@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from hlgt.config import ABLATIONS, Config, parse_overrides
+from hlgt.config import ABLATIONS, Config, ablation_arms, parse_overrides
 
 
 def _sync(device: torch.device) -> None:
@@ -33,8 +33,8 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     """Training problems/s over ``rows``, then decoding problems/s over ``decode_rows`` (float32,
     and with ``bf16`` also bfloat16 GRU products, with the number of predictions that differ)."""
     from hlgt.data.collate import iter_batches
+    from hlgt.inference import predict
     from hlgt.model.solver import Solver
-    from hlgt.train.evaluate import predict
 
     torch.manual_seed(cfg.train.seed)
     solver = Solver(cfg.model, vocab).to(device)
@@ -56,34 +56,35 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     _sync(device)
     train_s = time.perf_counter() - start
 
-    def decode() -> tuple[float, list[list[str]]]:
+    def decode(bf16_inference: bool) -> tuple[float, list[list[str]]]:
         predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph,
-                beam_size=cfg.model.beam_size, batch_size=cfg.train.batch_size, device=device)  # warm-up
+                beam_size=cfg.model.beam_size, batch_size=cfg.train.batch_size, device=device,
+                bf16_inference=bf16_inference)  # warm-up
         _sync(device)
         start = time.perf_counter()
         out = predict(solver, decode_rows, vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
-                      batch_size=cfg.train.batch_size, device=device)
+                      batch_size=cfg.train.batch_size, device=device, bf16_inference=bf16_inference)
         _sync(device)
         return len(decode_rows) / max(time.perf_counter() - start, 1e-9), out
 
     result = {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters())}
-    solver.cfg.bf16_inference = False
-    result["decode_problems_per_s"], fp32 = decode()
+    result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
-        solver.cfg.bf16_inference = True
-        result["decode_bf16_problems_per_s"], low = decode()
+        result["decode_bf16_problems_per_s"], low = decode(True)
         result["decode_bf16_changed"] = sum(a != b for a, b in zip(fp32, low))
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0],
+                                allow_abbrev=False)
     p.add_argument("--dataset", default="mawps")
     p.add_argument("--fold", type=int, default=0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
-    p.add_argument("--arms", default="full,gts", help="arms to time (the last one named gts is the reference)")
+    p.add_argument("--ablation", "--arms", dest="ablation", default="full,gts",
+                   help="ablation arms to time, comma-separated, or 'all' (gts, when named, is the reference)")
     p.add_argument("--limit", type=int, default=1600, help="training problems timed")
     p.add_argument("--decode-limit", type=int, default=200, help="held-out problems decoded")
     p.add_argument("--bf16", action="store_true", help="also time decoding with bfloat16 GRU products")
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
 
-    from hlgt.data.build import ensure_shards, load_rows, load_vocab, use_shards
+    from hlgt.data.build import ensure_shards
+    from hlgt.data.shards import load_rows, load_vocab, use_shards
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -104,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             "model.embedding_size": args.embedding, "model.hidden_size": args.hidden, "model.beam_size": args.beam,
             **({"data.data_dir": args.data_dir} if args.data_dir else {})}
     overrides = parse_overrides(args.set)  # over each arm's own settings, as in `python -m hlgt.train`
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    for arm in arms:
-        if arm not in ABLATIONS:
-            raise SystemExit(f"unknown arm {arm!r}; choose from {list(ABLATIONS)}")
+    try:
+        arms = ablation_arms(args.ablation)
+    except ValueError as e:
+        raise SystemExit(str(e))
     cfg = Config.from_flat({**base, **overrides})
     shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
     vocab = load_vocab(shards)

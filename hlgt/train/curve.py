@@ -1,8 +1,8 @@
 """The learning-curve diagnostic: ablation arms trained side by side on the same problems, seed and
 budget, compared epoch by epoch.
 
-    python -m hlgt.train.curve --dataset math23k --limit 6000 --epochs 4 --arms gts,full
-    python -m hlgt.train.curve --shards datasets/processed/math23k-offline --dataset math23k --arms all
+    python -m hlgt.train.curve --dataset math23k --limit 6000 --epochs 4 --ablation gts,full
+    python -m hlgt.train.curve --shards datasets/processed/math23k-offline --dataset math23k --ablation all
 
 Every arm runs THE training loop (``hlgt.train.loop.train``) on the first ``--limit`` training
 rows of the shards (the same rows, shuffled the same way, for every arm), validates after every
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES))
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
-    p.add_argument("--arms", default="gts,full",
+    p.add_argument("--ablation", "--arms", dest="ablation", default="gts,full",
                    help="ablation arms, comma-separated, or 'all'; ARM+KEY=VALUE adds overrides to one curve")
     p.add_argument("--limit", type=int, default=6000, help="training problems (the first of the split)")
     p.add_argument("--val-limit", type=int, default=1000, help="validation problems (the first of the split)")
@@ -62,7 +62,7 @@ def parse_arms(text: str) -> list[str]:
         return ablation_arms("all")
     ablation_arms([c.split("+")[0] for c in curves])  # raises on an unknown arm
     if len(set(curves)) != len(curves):
-        raise ValueError(f"--arms names a curve twice: {text!r}")
+        raise ValueError(f"--ablation names a curve twice: {text!r}")
     return curves
 
 
@@ -88,7 +88,7 @@ def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_
     """Train one arm (in this process), printing its progress lines, and return its per-epoch metrics."""
     import torch
 
-    from hlgt.data.build import load_rows
+    from hlgt.data.shards import load_rows
     from hlgt.train import loop
 
     train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None][:limit]
@@ -132,7 +132,7 @@ def curves_side_by_side(histories: dict[str, list[dict]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        arms = parse_arms(args.arms)
+        arms = parse_arms(args.ablation)
         if args.limit < 1 or args.val_limit < 1 or args.epochs < 1:
             raise ValueError("--limit, --val-limit and --epochs must be >= 1")
         cores = os.cpu_count() or 1
@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"curve: {e}")
 
-    from hlgt.data.build import ensure_shards, use_shards
+    from hlgt.data.build import ensure_shards
+    from hlgt.data.shards import use_shards
 
     first = configs[arms[0]]
     shards = str(use_shards(first, args.shards) if args.shards else ensure_shards(first))

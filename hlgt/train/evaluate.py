@@ -1,4 +1,4 @@
-"""Stage 10, scoring: predicted prefix equations → accuracies, the Table-4 breakdown, a predictions file.
+"""Scoring: predicted prefix equations → accuracies, the Table-4 breakdown, a predictions file.
 
 Two accuracies, as in the paper:
   * value accuracy: the predicted equation evaluates (exactly, ``hlgt.expr.eval_prefix``) to the
@@ -12,8 +12,9 @@ be right.
 The per-number-count table is the paper's Table 4: rows ``<=1, 2, 3, 4, 5, 6, >=7`` numbers in
 the problem text, each with its share of the split and its accuracy.
 
-``predict`` runs a trained ``Solver`` over shard rows in order (no Ray, no W&B: the caller passes
-the device); everything else here is plain Python on rows and token lists.
+``evaluate`` predicts with ``hlgt.inference.predict`` (no Ray, no W&B: the caller passes the
+device) and scores; ``tree_loss_sum`` is validation's teacher-forced loss; everything else here is
+plain Python on rows and token lists.
 
 A trained model on one split of its own dataset (shards built or reused from its run config, or a
 prebuilt ``--shards`` folder), printing both accuracies, Table 4 and the decoding speed:
@@ -34,15 +35,14 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from hlgt.expr import ExprError, eval_prefix, prefix_to_infix, values_match
+from hlgt.config import Config
+from hlgt.data.build import ensure_shards
+from hlgt.data.collate import collate, trainable
+from hlgt.data.shards import load_rows, use_shards
+from hlgt.expr import ExprError, eval_prefix, values_match
+from hlgt.inference import infix_with_numbers, load_model, predict
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
-# Decoding runs the encoder on up to ENCODE_BATCHES x batch_size problems at once and the beam
-# search on slices of up to BEAM_BATCHES x batch_size (see ``Solver.solve``). Measured with the
-# GTS arm on 200 Math23K problems, 2 CPU threads, batch 64: 1.21x the decoding rate of batches
-# of 64 for both (1.16x with beam slices of 64; BENCHMARKS.md).
-ENCODE_BATCHES = 4
-BEAM_BATCHES = 2
 
 
 def number_bucket(n_numbers: int) -> str:
@@ -52,20 +52,6 @@ def number_bucket(n_numbers: int) -> str:
     if n_numbers >= 7:
         return ">=7"
     return str(n_numbers)
-
-
-def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
-    """A prefix equation as readable infix, each slot ``Ni`` replaced by the number as written."""
-    if not prefix:
-        return ""
-    tokens = [
-        num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
-        for t in prefix
-    ]
-    try:
-        return prefix_to_infix(tokens)
-    except ExprError:  # a malformed prediction is shown as the raw prefix it was
-        return " ".join(prefix)
 
 
 @dataclass(frozen=True)
@@ -157,44 +143,11 @@ def summarise(scored: Sequence[Scored]) -> Report:
 
 
 @torch.no_grad()
-def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
-            batch_size: int, device: torch.device | str = "cpu") -> list[list[str]]:
-    """The solver's prefix equation for every row, in row order (eval mode, restored afterwards).
-
-    Rows are decoded in order of text length, so a batch pads little (a problem's prediction does
-    not depend on its batch-mates), and put back in row order. The encoder runs on up to
-    ``ENCODE_BATCHES * batch_size`` problems at once, the beam search on up to
-    ``BEAM_BATCHES * batch_size`` (``Solver.solve``'s ``beam_batch``)."""
-    from hlgt.data.collate import collate
-    from hlgt.model.solver import even_step
-
-    was_training = solver.training
-    solver.eval()
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["tokens"]))
-    out: list[list[str]] = [[] for _ in rows]
-    step = even_step(len(order), ENCODE_BATCHES * batch_size) if order else 1
-    try:
-        for start in range(0, len(order), step):
-            chunk_ids = order[start:start + step]
-            chunk = [rows[i] for i in chunk_ids]
-            batch = collate(chunk, vocab, variant=variant).to(device)
-            if list(batch.ids) != [str(r["id"]) for r in chunk]:
-                raise RuntimeError("collate reordered or dropped evaluation rows; evaluation needs every row in order")
-            for i, p in zip(chunk_ids, solver.solve(batch, beam_size=beam_size, beam_batch=BEAM_BATCHES * batch_size)):
-                out[i] = list(p)
-    finally:
-        solver.train(was_training)
-    return out
-
-
-@torch.no_grad()
 def tree_loss_sum(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, batch_size: int,
                   device: torch.device | str = "cpu") -> tuple[float, int]:
     """The teacher-forced tree loss in eval mode, summed over problems (each batch's per-token
     mean weighted by its problems, as training reports it), and the number of problems: rows
     without a gold equation the decoder can be trained towards are left out."""
-    from hlgt.data.collate import collate, trainable
-
     was_training = solver.training
     solver.eval()
     kept = [r for r in rows if trainable(r, vocab)]
@@ -209,10 +162,12 @@ def tree_loss_sum(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: 
 
 
 def evaluate(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
-             batch_size: int, device: torch.device | str = "cpu") -> tuple[Report, list[Scored]]:
-    """Predict and score every row: the one evaluation used for validation, test and benchmarks."""
+             batch_size: int, device: torch.device | str = "cpu",
+             bf16_inference: bool | None = None) -> tuple[Report, list[Scored]]:
+    """Predict and score every row: the one evaluation used for validation, test and benchmarks
+    (``bf16_inference``: as in ``hlgt.inference.predict``)."""
     predictions = predict(solver, rows, vocab, variant=variant, beam_size=beam_size,
-                          batch_size=batch_size, device=device)
+                          batch_size=batch_size, device=device, bf16_inference=bf16_inference)
     return score_predictions(rows, predictions)
 
 
@@ -274,7 +229,8 @@ def write_report(directory: str | Path, split: str, report: Report, scored: Sequ
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hlgt.train.evaluate",
+    # No abbreviations: ``--data FILE`` must be an error, not silently ``--data-dir FILE``.
+    p = argparse.ArgumentParser(prog="python -m hlgt.train.evaluate", allow_abbrev=False,
                                 description="Evaluate a trained model on one split of its dataset.")
     p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
@@ -288,13 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
     args = p.parse_args(argv)
 
-    from hlgt.config import Config
-    from hlgt.data.build import ensure_shards, load_rows, use_shards
-    from hlgt.solve import load_model
-
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    solver, flat = load_model(str(Path(args.model).resolve()))
+    solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
     if args.data_dir:
         cfg = cfg.override({"data.data_dir": args.data_dir})
@@ -302,12 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_rows(shards, args.split)
     if not rows:
         raise SystemExit(f"{shards} has no {args.split} rows")
-    solver = solver.to(args.device)
-    solver.cfg.bf16_inference = args.bf16
     started = time.perf_counter()
     report, scored = evaluate(solver, rows, solver.vocab, variant=cfg.data.graph,
                               beam_size=args.beam_size or solver.cfg.beam_size, batch_size=args.batch_size,
-                              device=args.device)
+                              device=args.device, bf16_inference=args.bf16)
     seconds = time.perf_counter() - started
     print(f"[evaluate] {args.model} on {cfg.data.dataset} {args.split} ({report.n} problems, "
           f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "

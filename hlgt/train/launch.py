@@ -1,4 +1,4 @@
-"""Stage 12, launch: the Ray Train ``TorchTrainer`` whose worker loop is ``hlgt.train.loop.train``.
+"""Ray Train: the ``TorchTrainer`` whose worker loop is ``hlgt.train.loop.train``.
 
 Not a copy of the loop: ``worker_loop`` builds a ``loop.Runtime`` from the Ray Train context
 (rank, device, DDP through ``prepare_model`` — gloo on CPU, NCCL on GPU —, this worker's shard of
@@ -10,22 +10,17 @@ vocabulary: see loop.py); Ray keeps the best ``keep`` by validation value accura
 Resume: a stopped or failed run re-run with the same ``name`` and ``storage`` continues from its
 latest checkpoint (``ray.train.get_checkpoint()``); worker failures are retried
 (``FailureConfig(max_failures)``). Storage is a local folder by default, any path Ray accepts
-(S3, NFS) on a cluster.
-
-``tune_trial`` is the function trainable of a sweep: one TorchTrainer per trial, its metrics
-relayed to Tune by ``TuneReportCallback`` (a TorchTrainer handed straight to a Tuner fails under
-Ray Train's new engine).
+(S3, NFS) on a cluster. A sweep's trials (``hlgt.sweep.experiments``) each run one ``fit``.
 """
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hlgt import config as C
-from hlgt.config import Config
+from hlgt.config import Config, is_uri
 from hlgt.train import loop, tracking
 
 SPLITS = ("train", "valid", "test")
@@ -37,21 +32,6 @@ def ray_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def is_uri(path: str | Path) -> bool:
-    return "://" in str(path)
-
-
-def storage_root(explicit: str | None, local_default: str, env_suffix: str) -> str:
-    """``explicit``, else ``$HLGT_STORAGE/<env_suffix>`` (cluster runbook), else the local default (absolute)."""
-    if explicit:
-        root = explicit
-    elif os.environ.get("HLGT_STORAGE"):
-        root = os.environ["HLGT_STORAGE"].rstrip("/") + "/" + env_suffix
-    else:
-        root = local_default
-    return root if is_uri(root) else str(Path(root).resolve())
 
 
 def init_ray(address: str | None = None) -> None:
@@ -91,7 +71,7 @@ def worker_cpus(workers: int, requested: float | None = None) -> float:
 
 def available_splits(shards_dir: str | Path) -> list[str]:
     """The splits of the shard folder that hold at least one row."""
-    from hlgt.data.build import load_manifest
+    from hlgt.data.shards import load_manifest
 
     built = load_manifest(shards_dir)["splits"]
     return [s for s in SPLITS if built.get(s, {}).get("kept", 0) > 0]
@@ -180,7 +160,7 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from hlgt.data.build import load_vocab
+    from hlgt.data.shards import load_vocab
 
     workers = workers or cfg.train.workers
     use_gpu = cfg.train.use_gpu
@@ -249,19 +229,3 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
     metrics = result.return_value if isinstance(result.return_value, dict) and result.return_value else dict(result.metrics or {})
     return FitResult(metrics=metrics, checkpoint=checkpoint, run_dir=run_dir, error=None)
 
-
-def tune_trial(config: dict) -> None:
-    """The function trainable of a sweep: ``config`` holds the flat config of the trial
-    (``cfg``), the shards and the trial's resources; the TorchTrainer inside reports to Tune."""
-    import ray.tune
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    cfg = Config.from_flat(config["cfg"])
-    name = ray.tune.get_context().get_trial_name()
-    # Metrics and checkpoint paths reach Tune through the callback; the test split is left to the
-    # sweep, which evaluates each arm's chosen configuration once.
-    fit(cfg, config["shards_dir"], name=name, storage=config["storage"], raise_on_error=True,
-        workers=config["workers"], cpus_per_worker=config["cpus_per_worker"],
-        gpus_per_worker=config.get("gpus_per_worker"), keep=config.get("keep", 1),
-        max_failures=config.get("max_failures", 1), callbacks=[TuneReportCallback()],
-        group=config.get("group"), wandb_dir=config.get("wandb_dir"), evaluate_test=False)

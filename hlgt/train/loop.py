@@ -1,4 +1,4 @@
-"""Stage 11, training: THE training loop, run as is in one process and on every Ray Train worker.
+"""THE training loop, run as is in one process and on every Ray Train worker.
 
 What differs between the two is injected through ``Runtime`` (rank, device, DDP wrapping, where
 the training batches and evaluation rows come from) and the ``report`` callback (console and a
@@ -9,9 +9,15 @@ rate every ``train.lr_step`` epochs, the whole validation split is evaluated eve
 ``train.eval_every`` epochs (and on the first and last) with beam ``model.beam_size`` (each rank
 decodes every world_size-th problem, rank 0 gathers and scores them all: a problem's prediction
 does not depend on which rank or batch decodes it), rank 0 keeps the best model by validation
-value accuracy (test is never looked at) and writes a checkpoint that every rank then reports. ``train.max_minutes`` ends training early, after the epoch that crosses it
-(all ranks agree through the all-reduce), and the run finishes as after its last epoch. After the last epoch rank 0 evaluates the best model once on test and
-writes the predictions files and the Table-4 breakdown into the final checkpoint.
+value accuracy (test is never looked at) and writes a checkpoint that every rank then reports.
+``train.max_minutes`` ends training early, after the epoch that crosses it (all ranks agree
+through the all-reduce), and the run finishes as after its last epoch. After the last epoch rank 0
+evaluates the best model once on test and writes the predictions files and the Table-4 breakdown
+into the final checkpoint.
+
+``train`` reads top to bottom: a ``Trainer`` is set up (model, optimizer, fresh or resumed
+state), ``fit`` runs the epochs (``train_epoch``, ``validate``, ``report_epoch``), ``finish``
+evaluates the best model once and reports the outputs.
 
 Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
 
@@ -43,6 +49,11 @@ from torch import nn
 
 from hlgt import config as C
 from hlgt.config import Config
+from hlgt.data.collate import iter_batches
+from hlgt.data.shards import load_rows, load_vocab
+from hlgt.data.vocab import read_word_vectors
+from hlgt.inference import predict
+from hlgt.model.solver import Solver
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
 
@@ -74,7 +85,7 @@ class Runtime:
     wrap_model: Callable[[nn.Module], nn.Module] | None = None
     # epoch → this worker's training batches; None: every training row, shuffled in process.
     train_batches: Callable[[int], Iterable[Any]] | None = None
-    # split → all rows of that split (every rank); None: hlgt.data.build.load_rows.
+    # split → all rows of that split (every rank); None: hlgt.data.shards.load_rows.
     eval_rows: Callable[[str], list[dict]] | None = None
     # sum a tensor over workers (None: one worker)
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -92,8 +103,6 @@ class TrainResult:
 
 def _load_word_vectors(solver, vocab, path: str, log: Callable[[str], None]) -> None:
     """Start the word embedding from a pretrained vector file (words it lacks keep their init)."""
-    from hlgt.data.vocab import read_word_vectors
-
     embedding = solver.encoder.embedding.weight
     found = read_word_vectors(path, vocab, embedding.size(1))
     if found.ids:
@@ -262,208 +271,279 @@ def train(
     when the caller has it (Ray workers), else read from ``shards_dir``. ``evaluate_test=False``
     (sweep trials) leaves the test split untouched: the sweep evaluates each arm's best once.
     """
-    from hlgt.data.build import load_rows, load_vocab
-    from hlgt.data.collate import iter_batches
-    from hlgt.model.solver import Solver
-
     rt = runtime or Runtime()
-    if cfg.train.epochs < 1:
-        raise ValueError(f"train.epochs must be >= 1, got {cfg.train.epochs}")
-    if not cfg.train.grad_clip >= 0:
-        raise ValueError(f"train.grad_clip must be >= 0 (0: no clipping), got {cfg.train.grad_clip}")
+    _check_config(cfg)
     if report is None:
         if run_dir is None:
             raise ValueError("train needs a report callback or a run_dir for the local one")
         report = LocalReporter(run_dir)
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
-    main = rt.rank == 0
-    log = rt.log if main else (lambda _msg: None)
-    seed_everything(cfg.train.seed)
-    vocab = vocab if vocab is not None else load_vocab(shards_dir)
-    variant = cfg.data.graph
+    trainer = Trainer(cfg, shards_dir, rt, vocab, resume_from)
+    if trainer.state["finished"]:
+        return trainer.finished_result(resume_from)
+    trainer.prepare_training()
+    tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
+                             name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
+                             directory=wandb_dir or run_dir or tempfile.gettempdir())
+    try:
+        trainer.fit(report, tracker)
+        final = trainer.finish(report, tracker, evaluate_test)
+    finally:
+        tracker.finish()
+    checkpoint = report.checkpoint if isinstance(report, LocalReporter) else None
+    return TrainResult(metrics=final, history=trainer.state["history"], checkpoint=checkpoint)
 
-    solver = Solver(cfg.model, vocab).to(rt.device)
-    if cfg.train.word_vectors and main and resume_from is None:
-        _load_word_vectors(solver, vocab, cfg.train.word_vectors, log)  # DDP broadcasts rank 0's weights
-    opt, sched = _optimizer(cfg, solver)
-    state = _fresh_state()
-    if resume_from is not None:
-        saved = read_checkpoint(resume_from)
-        solver.load_state_dict(Solver.load(Path(resume_from) / "model").state_dict())
-        best_weights = {k: v.to(rt.device) for k, v in Solver.load(Path(resume_from) / "best").state_dict().items()}
-        opt.load_state_dict(saved["optimizer"])
-        sched.load_state_dict(saved["scheduler"])
+
+def _check_config(cfg: Config) -> None:
+    if cfg.train.epochs < 1:
+        raise ValueError(f"train.epochs must be >= 1, got {cfg.train.epochs}")
+    if not cfg.train.grad_clip >= 0:
+        raise ValueError(f"train.grad_clip must be >= 0 (0: no clipping), got {cfg.train.grad_clip}")
+
+
+class Trainer:
+    """One run on one worker: the model, its optimizer and scheduler, the best weights so far, the
+    trainer state that checkpoints hold, the rows read for evaluation, and the steps of ``train``."""
+
+    def __init__(self, cfg: Config, shards_dir: str | Path, rt: Runtime, vocab, resume_from: str | Path | None):
+        """Seed, build the model and its optimizer, then start fresh or from ``resume_from``."""
+        if cfg.train.threads > 0:
+            torch.set_num_threads(cfg.train.threads)
+        self.cfg, self.shards_dir, self.rt = cfg, shards_dir, rt
+        self.main = rt.rank == 0
+        self.log = rt.log if self.main else (lambda _msg: None)
+        seed_everything(cfg.train.seed)
+        self.vocab = vocab if vocab is not None else load_vocab(shards_dir)
+        self.solver = Solver(cfg.model, self.vocab).to(rt.device)
+        if cfg.train.word_vectors and self.main and resume_from is None:
+            # Rank 0 only: DDP broadcasts rank 0's weights to the others.
+            _load_word_vectors(self.solver, self.vocab, cfg.train.word_vectors, self.log)
+        self.opt, self.sched = _optimizer(cfg, self.solver)
+        self.state = _fresh_state()
+        if resume_from is None:
+            self.best_weights = copy.deepcopy(self.solver.state_dict())
+        else:
+            self._resume(resume_from)
+        self._rows: dict[str, list[dict]] = {}
+
+    def _resume(self, checkpoint: str | Path) -> None:
+        """Weights, best weights, optimizer, scheduler, RNG and trainer state of a checkpoint."""
+        saved = read_checkpoint(checkpoint)
+        self.solver.load_state_dict(Solver.load(Path(checkpoint) / "model").state_dict())
+        best = Solver.load(Path(checkpoint) / "best").state_dict()
+        self.best_weights = {k: v.to(self.rt.device) for k, v in best.items()}
+        self.opt.load_state_dict(saved["optimizer"])
+        self.sched.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
-        state = {k: saved[k] for k in _fresh_state()}
-        state["starts"] = list(state["starts"]) + [state["epoch"]]  # where each (re)start began
-        log(f"resuming from {resume_from} after epoch {state['epoch']}")
-        if state["finished"]:
-            return TrainResult(metrics=json.loads((Path(resume_from) / RESULTS_FILE).read_text())
-                               if main else {}, history=state["history"], checkpoint=Path(resume_from))
-    else:
-        best_weights = copy.deepcopy(solver.state_dict())
-    model = rt.wrap_model(solver) if rt.wrap_model else solver
-    parts = solver.parts()
+        self.state = {k: saved[k] for k in _fresh_state()}
+        self.state["starts"] = list(self.state["starts"]) + [self.state["epoch"]]  # where each (re)start began
+        self.log(f"resuming from {checkpoint} after epoch {self.state['epoch']}")
 
-    eval_cache: dict[str, list[dict]] = {}
+    def finished_result(self, checkpoint: str | Path) -> TrainResult:
+        """What a finished run returned, read back from its final checkpoint."""
+        metrics = json.loads((Path(checkpoint) / RESULTS_FILE).read_text()) if self.main else {}
+        return TrainResult(metrics=metrics, history=self.state["history"], checkpoint=Path(checkpoint))
 
-    def rows(split: str) -> list[dict]:
-        if split not in eval_cache:
-            eval_cache[split] = rt.eval_rows(split) if rt.eval_rows else load_rows(shards_dir, split)
-        return eval_cache[split]
+    def rows(self, split: str) -> list[dict]:
+        """Every row of ``split``, read once (from the runtime's source, else the shards)."""
+        if split not in self._rows:
+            self._rows[split] = self.rt.eval_rows(split) if self.rt.eval_rows else load_rows(self.shards_dir, split)
+        return self._rows[split]
 
-    if rt.train_batches is None:
-        train_rows = rows("train")
+    def prepare_training(self) -> None:
+        """Wrap the model for data parallelism and settle where the training batches come from."""
+        self.model = self.rt.wrap_model(self.solver) if self.rt.wrap_model else self.solver
+        self.parts = self.solver.parts()
+        if self.rt.train_batches is None:
+            self._train_rows = self._usable_train_rows()
+            self.train_batches = self._shuffled_batches
+        else:
+            self.train_batches = self.rt.train_batches
+
+    def _usable_train_rows(self) -> list[dict]:
+        train_rows = self.rows("train")
         unusable = sum(r["prefix"] is None for r in train_rows)
         if unusable:
-            log(f"skipping {unusable} training rows without a representable gold equation")
+            self.log(f"skipping {unusable} training rows without a representable gold equation")
             train_rows = [r for r in train_rows if r["prefix"] is not None]
         if not train_rows:
-            raise ValueError(f"no training rows in {shards_dir}")
+            raise ValueError(f"no training rows in {self.shards_dir}")
+        return train_rows
 
-        def train_batches(epoch: int):
-            return iter_batches(train_rows, vocab, cfg.train.batch_size, shuffle=True,
-                                seed=cfg.train.seed * 100_003 + epoch, variant=variant)
-    else:
-        train_batches = rt.train_batches
+    def _shuffled_batches(self, epoch: int):
+        return iter_batches(self._train_rows, self.vocab, self.cfg.train.batch_size, shuffle=True,
+                            seed=self.cfg.train.seed * 100_003 + epoch, variant=self.cfg.data.graph)
 
-    def evaluate_split(split: str, net: nn.Module):
-        split_rows = rows(split)
-        if not split_rows:
-            return None, []
-        return E.evaluate(net, split_rows, vocab, variant=variant, beam_size=cfg.model.beam_size,
-                          batch_size=cfg.train.batch_size, device=rt.device)
+    def fit(self, report: Report, tracker: tracking.Tracker) -> None:
+        """The remaining epochs, each trained, validated when due, logged and reported with a
+        checkpoint; ``train.max_minutes`` ends them after the epoch that crosses it."""
+        epochs = self.cfg.train.epochs
+        run_started = time.perf_counter()
+        for epoch in range(self.state["epoch"] + 1, epochs + 1):
+            started = time.perf_counter()
+            metrics, out_of_time = self.train_epoch(epoch, run_started)
+            # The same on every rank.
+            due = (epoch == 1 or epoch == epochs or out_of_time
+                   or epoch % max(self.cfg.train.eval_every, 1) == 0)
+            evaluated = self.validate(epoch, metrics, due)
+            self.state["epoch"] = epoch
+            self.state["history"].append(metrics)
+            self.log(_progress(epoch, epochs, metrics, evaluated, time.perf_counter() - started))
+            tracker.log(metrics, step=epoch)
+            self.report_epoch(report, metrics)
+            if out_of_time and epoch < epochs:
+                self.log(f"train.max_minutes={self.cfg.train.max_minutes:g} reached after epoch {epoch}/{epochs}: "
+                         f"stopping")
+                break
 
-    def validate(net: nn.Module):
-        """Validation report on rank 0 (None elsewhere, or without a validation split): every rank
-        decodes its slice, so that no rank idles while another validates."""
+    def train_epoch(self, epoch: int, run_started: float) -> tuple[dict, bool]:
+        """One pass over this worker's batches and a scheduler step: the epoch's training metrics
+        (over every worker) and whether the time budget is spent."""
+        started = time.perf_counter()
+        self.model.train()
+        stats = EpochStats(self.parts, self.rt.device)
+        lr = self.opt.param_groups[0]["lr"]
+        for batch in self.train_batches(epoch):
+            self._step(batch.to(self.rt.device), stats)
+        self.sched.step()
+        elapsed = time.perf_counter() - started
+        sums = stats.sums()
+        # Time budget: every rank votes, so that all stop after the same epoch.
+        minutes = self.cfg.train.max_minutes
+        out_of_time = minutes > 0 and time.perf_counter() - run_started >= 60 * minutes
+        sums = torch.cat([sums, torch.tensor([float(out_of_time)], dtype=torch.float64)])
+        if self.rt.all_reduce is not None:
+            sums = self.rt.all_reduce(sums)
+        return _epoch_metrics(epoch, sums, lr, elapsed, stats), bool(sums[4] > 0)
+
+    def _step(self, batch, stats: EpochStats) -> None:
+        out = self.model(batch)
+        self.opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
+        norm = stats.step(out, len(batch))
+        if self.cfg.train.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.solver.parameters(), self.cfg.train.grad_clip, norm)
+        self.opt.step()
+
+    def validate(self, epoch: int, metrics: dict, due: bool) -> bool:
+        """When ``due``, evaluate on validation and keep the model if it is the best so far (rank 0
+        decides); either way add the latest validation metrics to ``metrics``. Returns whether this
+        rank evaluated and kept score."""
+        valid = self.validation_report() if due else None
+        val_loss = self.validation_loss() if due else None
+        evaluated = self.main and due
+        if evaluated:
+            self._keep_if_best(epoch, valid)
+        # Every report carries validation metrics (the latest evaluation) so that schedulers and
+        # checkpoint ranking always find them.
+        metrics.update(self.state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
+        if val_loss is not None:
+            metrics[C.VAL_TREE_LOSS] = val_loss
+        return evaluated
+
+    def _keep_if_best(self, epoch: int, valid) -> None:
+        if valid is None:  # no validation split: the last epoch is the one kept
+            self.state["last_val"] = {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0}
+            improved = True
+        else:
+            self.state["last_val"] = {C.VAL_VALUE_ACC: valid.value_acc, C.VAL_EQUATION_ACC: valid.equation_acc}
+            improved = valid.value_acc > self.state["best"][C.VAL_VALUE_ACC]
+        if improved:
+            self.state["best"] = dict(self.state["last_val"])
+            self.state["best_epoch"] = epoch
+            self.best_weights = copy.deepcopy(self.solver.state_dict())
+
+    def validation_report(self):
+        """The validation report on rank 0 (None elsewhere, or without a validation split): every
+        rank decodes its slice, so that no rank idles while another validates."""
+        rt = self.rt
         if rt.world_size == 1 or rt.gather is None:
-            return evaluate_split("valid", net)[0]
-        split_rows = rows("valid")
-        mine = E.predict(net, split_rows[rt.rank::rt.world_size], vocab, variant=variant,
-                         beam_size=cfg.model.beam_size, batch_size=cfg.train.batch_size, device=rt.device)
+            return self.evaluate_split("valid", self.solver)[0]
+        split_rows = self.rows("valid")
+        mine = predict(self.solver, split_rows[rt.rank::rt.world_size], self.vocab, variant=self.cfg.data.graph,
+                       beam_size=self.cfg.model.beam_size, batch_size=self.cfg.train.batch_size, device=rt.device)
         parts = rt.gather(mine)
-        if not main or not split_rows:
+        if not self.main or not split_rows:
             return None
         predictions: list = [None] * len(split_rows)
         for r, part in enumerate(parts):
             predictions[r::rt.world_size] = part
         return E.score_predictions(split_rows, predictions)[0]
 
-    def validation_loss(net: nn.Module) -> float | None:
+    def validation_loss(self) -> float | None:
         """The teacher-forced tree loss on validation (every rank its slice, summed over ranks)."""
-        mine = rows("valid")[rt.rank::rt.world_size]
-        total, n = E.tree_loss_sum(net, mine, vocab, variant=variant, batch_size=cfg.train.batch_size,
-                                   device=rt.device)
+        mine = self.rows("valid")[self.rt.rank::self.rt.world_size]
+        total, n = E.tree_loss_sum(self.solver, mine, self.vocab, variant=self.cfg.data.graph,
+                                   batch_size=self.cfg.train.batch_size, device=self.rt.device)
         sums = torch.tensor([total, n], dtype=torch.float64)
-        if rt.all_reduce is not None:
-            sums = rt.all_reduce(sums)
+        if self.rt.all_reduce is not None:
+            sums = self.rt.all_reduce(sums)
         return float(sums[0] / sums[1]) if sums[1] > 0 else None
 
-    tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
-                             name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
-                             directory=wandb_dir or run_dir or tempfile.gettempdir())
-    try:
-        epochs = cfg.train.epochs
-        run_started = time.perf_counter()
-        for epoch in range(state["epoch"] + 1, epochs + 1):
-            started = time.perf_counter()
-            model.train()
-            stats = EpochStats(parts, rt.device)
-            lr = opt.param_groups[0]["lr"]
-            for batch in train_batches(epoch):
-                batch = batch.to(rt.device)
-                out = model(batch)
-                opt.zero_grad(set_to_none=True)
-                out["loss"].backward()
-                # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
-                norm = stats.step(out, len(batch))
-                if cfg.train.grad_clip > 0:
-                    torch.nn.utils.clip_grads_with_norm_(solver.parameters(), cfg.train.grad_clip, norm)
-                opt.step()
-            sched.step()
-            elapsed = time.perf_counter() - started
-            sums = stats.sums()
-            # Time budget: every rank votes, so that all stop after the same epoch.
-            out_of_time = cfg.train.max_minutes > 0 and time.perf_counter() - run_started >= 60 * cfg.train.max_minutes
-            sums = torch.cat([sums, torch.tensor([float(out_of_time)], dtype=torch.float64)])
-            if rt.all_reduce is not None:
-                sums = rt.all_reduce(sums)
-            out_of_time = bool(sums[4] > 0)
-            if sums[3] == 0:
-                raise RuntimeError(f"epoch {epoch}: no training batches")
-            loss = float(sums[0] / sums[3])
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
-            metrics = {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
-                       C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
-                       C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
-                       **stats.norms_and_scales()}  # norms equal on every rank: gradients are all-reduced
-            last = epoch == epochs or out_of_time
-            evaluating = epoch == 1 or last or epoch % max(cfg.train.eval_every, 1) == 0  # the same on every rank
-            report_ = validate(solver) if evaluating else None
-            val_loss = validation_loss(solver) if evaluating else None
-            evaluated = main and evaluating
-            if evaluated:
-                if report_ is None:  # no validation split: the last epoch is the one kept
-                    state["last_val"] = {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0}
-                    improved = True
-                else:
-                    state["last_val"] = {C.VAL_VALUE_ACC: report_.value_acc, C.VAL_EQUATION_ACC: report_.equation_acc}
-                    improved = report_.value_acc > state["best"][C.VAL_VALUE_ACC]
-                if improved:
-                    state["best"] = dict(state["last_val"])
-                    state["best_epoch"] = epoch
-                    best_weights = copy.deepcopy(solver.state_dict())
-            # Every report carries validation metrics (the latest evaluation) so that schedulers and
-            # checkpoint ranking always find them.
-            metrics.update(state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
-            if val_loss is not None:
-                metrics[C.VAL_TREE_LOSS] = val_loss
-            state["epoch"] = epoch
-            state["history"].append(metrics)
-            log(_progress(epoch, epochs, metrics, evaluated, time.perf_counter() - started))
-            tracker.log(metrics, step=epoch)
-            if main:
-                with tempfile.TemporaryDirectory(prefix="hlgt-ckpt-") as tmp:
-                    write_checkpoint(Path(tmp), cfg, solver, best_weights, opt, sched, state)
-                    report(metrics, Path(tmp))
-            else:
-                report(metrics, None)
-            if out_of_time and epoch < epochs:
-                log(f"train.max_minutes={cfg.train.max_minutes:g} reached after epoch {epoch}/{epochs}: stopping")
-                break
+    def evaluate_split(self, split: str, net: nn.Module):
+        """``(report, scored)`` of ``net`` on every row of ``split``; ``(None, [])`` when it has none."""
+        split_rows = self.rows(split)
+        if not split_rows:
+            return None, []
+        return E.evaluate(net, split_rows, self.vocab, variant=self.cfg.data.graph, beam_size=self.cfg.model.beam_size,
+                          batch_size=self.cfg.train.batch_size, device=self.rt.device)
 
-        # The best model, evaluated once on test (never used for selection).
-        final: dict = {}
-        if main:
-            best = copy.deepcopy(solver)
-            best.load_state_dict(best_weights)
-            with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
-                state["finished"] = True
-                write_checkpoint(Path(tmp), cfg, solver, best_weights, opt, sched, state)
-                final = {C.EPOCH: state["epoch"], C.BEST_EPOCH: state["best_epoch"], **state["best"]}
-                for split in ("valid", "test") if evaluate_test else ("valid",):
-                    rep, scored = evaluate_split(split, best)
-                    if rep is None:
-                        log(f"no {split} split: nothing to evaluate")
-                        continue
-                    E.write_report(tmp, split, rep, scored)
-                    value_key, equation_key = SPLIT_METRICS[split]
-                    final[value_key], final[equation_key] = rep.value_acc, rep.equation_acc
-                    log(E.table4_markdown(rep, title=f"{split} (best epoch {state['best_epoch']})"))
-                    tracker.log_predictions(f"predictions/{split}", scored)
-                    tracker.log_table(f"numbers/{split}", ["numbers", "problems", "proportion", "value_acc",
-                                                           "equation_acc"],
-                                      [[r.bucket, r.count, r.proportion, r.value_acc, r.equation_acc]
-                                       for r in rep.by_numbers])
-                (Path(tmp) / RESULTS_FILE).write_text(json.dumps(final, indent=1), encoding="utf-8")
-                tracker.summary(final)
-                report(final, Path(tmp))
-        else:
-            report({C.EPOCH: state["epoch"]}, None)
-    finally:
-        tracker.finish()
-    checkpoint = report.checkpoint if isinstance(report, LocalReporter) else None
-    return TrainResult(metrics=final, history=state["history"], checkpoint=checkpoint)
+    def report_epoch(self, report: Report, metrics: dict) -> None:
+        """Every rank reports the epoch's metrics, rank 0 with a checkpoint of this epoch."""
+        if not self.main:
+            report(metrics, None)
+            return
+        with tempfile.TemporaryDirectory(prefix="hlgt-ckpt-") as tmp:
+            self._write_checkpoint(Path(tmp))
+            report(metrics, Path(tmp))
+
+    def _write_checkpoint(self, directory: Path) -> None:
+        write_checkpoint(directory, self.cfg, self.solver, self.best_weights, self.opt, self.sched, self.state)
+
+    def finish(self, report: Report, tracker: tracking.Tracker, evaluate_test: bool) -> dict:
+        """The best model, evaluated once on validation and (with ``evaluate_test``) on test, which
+        is never used for selection; rank 0 reports the results with a final checkpoint that holds
+        the outputs, the other ranks report the last epoch. Returns the results (rank 0)."""
+        if not self.main:
+            report({C.EPOCH: self.state["epoch"]}, None)
+            return {}
+        best = copy.deepcopy(self.solver)
+        best.load_state_dict(self.best_weights)
+        with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
+            self.state["finished"] = True
+            self._write_checkpoint(Path(tmp))
+            final = {C.EPOCH: self.state["epoch"], C.BEST_EPOCH: self.state["best_epoch"], **self.state["best"]}
+            for split in ("valid", "test") if evaluate_test else ("valid",):
+                final.update(self._final_evaluation(split, best, tmp, tracker))
+            (Path(tmp) / RESULTS_FILE).write_text(json.dumps(final, indent=1), encoding="utf-8")
+            tracker.summary(final)
+            report(final, Path(tmp))
+        return final
+
+    def _final_evaluation(self, split: str, best: nn.Module, directory: str, tracker: tracking.Tracker) -> dict:
+        """The best model on ``split``: predictions and Table-4 breakdown written to ``directory``,
+        logged and tracked; its two accuracies under the split's metric names ({} without the split)."""
+        rep, scored = self.evaluate_split(split, best)
+        if rep is None:
+            self.log(f"no {split} split: nothing to evaluate")
+            return {}
+        E.write_report(directory, split, rep, scored)
+        self.log(E.table4_markdown(rep, title=f"{split} (best epoch {self.state['best_epoch']})"))
+        tracker.log_predictions(f"predictions/{split}", scored)
+        tracker.log_table(f"numbers/{split}", ["numbers", "problems", "proportion", "value_acc", "equation_acc"],
+                          [[r.bucket, r.count, r.proportion, r.value_acc, r.equation_acc] for r in rep.by_numbers])
+        value_key, equation_key = SPLIT_METRICS[split]
+        return {value_key: rep.value_acc, equation_key: rep.equation_acc}
+
+
+def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, stats: EpochStats) -> dict:
+    """An epoch's training metrics from ``sums`` ([loss, tree, com, problems, ...] over workers)."""
+    if sums[3] == 0:
+        raise RuntimeError(f"epoch {epoch}: no training batches")
+    loss = float(sums[0] / sums[3])
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
+    return {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
+            C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
+            C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
+            **stats.norms_and_scales()}  # norms equal on every rank: gradients are all-reduced

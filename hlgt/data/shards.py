@@ -1,0 +1,75 @@
+"""Reading a shard folder: its manifest, vocabulary and rows, and the check of a prebuilt folder
+against a run's config. Needs pyarrow only: never Ray, never an annotator.
+
+A shard folder, as ``hlgt.data.build`` writes it, holds ``manifest.json`` (counts, cache key,
+vocabulary, and each split's shard files) and one folder per split of
+``part-NNNNN.parquet`` files in the explicit schema of ``hlgt.data.schema``, checked on read.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from hlgt.config import Config
+from hlgt.data.schema import SCHEMA_VERSION, check_schema
+from hlgt.data.vocab import Vocab
+
+MANIFEST = "manifest.json"
+
+
+def load_manifest(shards_dir: str | Path) -> dict:
+    path = Path(shards_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"no {MANIFEST} in {shards_dir}: build it with `python -m hlgt.data.build`")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_vocab(shards_dir: str | Path) -> Vocab:
+    manifest = load_manifest(shards_dir)
+    if manifest.get("vocab") is None:
+        raise ValueError(f"{shards_dir} has no vocabulary (its dataset had no training split)")
+    return Vocab.from_dict(manifest["vocab"])
+
+
+def load_rows(shards_dir: str | Path, split: str) -> list[dict]:
+    """Every row of one split, in order, as plain Python values."""
+    manifest = load_manifest(shards_dir)
+    if split not in manifest["splits"]:
+        raise KeyError(f"{shards_dir} has no {split!r} split (built: {sorted(manifest['splits'])})")
+    rows: list[dict] = []
+    for name in manifest["splits"][split]["shards"]:
+        table = pq.read_table(Path(shards_dir) / split / name)
+        check_schema(table.schema, f"{shards_dir}/{split}/{name}")
+        rows += table.to_pylist()
+    return rows
+
+
+def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
+    """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
+
+    Not checked against the raw files (they may be absent); checked against ``cfg``: same schema
+    version, dataset, fold (and MAWPS fold scheme) and annotator, every listed shard present, a
+    vocabulary.
+    """
+    out = Path(shards_dir)
+    manifest = load_manifest(out)
+    d = cfg.data
+    mawps = d.dataset == "mawps"
+    wanted = {"schema_version": SCHEMA_VERSION, "dataset": d.dataset, "fold": d.fold if mawps else None,
+              "mawps_folds": d.mawps_folds if mawps else None}
+    # Shards written before fold schemes existed hold the grouped folds.
+    found = {k: manifest.get(k, "grouped" if k == "mawps_folds" and mawps else None) for k in wanted}
+    if found != wanted:
+        raise ValueError(f"{out} holds {found}, this run needs {wanted}: build the shards for this run with "
+                         f"`python -m hlgt.data.build` or pass the matching --shards folder")
+    if manifest["annotator"]["option"] != d.annotator:
+        raise ValueError(f"{out} was annotated by {manifest['annotator']['option']!r}, this run asks for "
+                         f"data.annotator={d.annotator!r}")
+    missing = [f"{s}/{n}" for s, meta in manifest["splits"].items() for n in meta["shards"] if not (out / s / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{out} lacks shard file(s) {missing[:5]} listed in its manifest")
+    load_vocab(out)
+    print(f"[build] using prebuilt shards {out} (key {manifest['key']}; not checked against the raw data)", flush=True)
+    return out

@@ -1,0 +1,106 @@
+"""Inference with a trained model: loading its folder, batched prediction, readable output.
+
+Owns what solving one new text (``hlgt.solve``) and scoring a split (``hlgt.train.evaluate``)
+share:
+
+* ``load_model``: a ``best/`` folder written by training (``Solver.save`` plus
+  ``run_config.json``) → the solver in eval mode and the flat run config it was trained with;
+* ``predict``: a solver's prefix equation for every shard row, decoded in batches;
+* ``infix_with_numbers`` and ``format_answer``: a prefix equation and its value as a person reads
+  them.
+
+A loaded model is shared by every caller in the process, so nothing here writes into it; the
+decoding settings a caller may change (beam size, ``bf16_inference``) are arguments.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from hlgt.data.collate import collate
+from hlgt.expr import ExprError, prefix_to_infix
+from hlgt.model.solver import Solver, even_step
+
+RUN_CONFIG_FILE = "run_config.json"
+# ``predict`` encodes up to ENCODE_BATCHES x batch_size problems at once and beam-searches slices
+# of up to BEAM_BATCHES x batch_size (``Solver.solve``'s ``beam_batch``): on the CPU the encoder's
+# step-by-step products are more efficient over more rows, while the beam search's attention
+# tensors outgrow the caches sooner. The decoding rates behind these values are in BENCHMARKS.md.
+ENCODE_BATCHES = 4
+BEAM_BATCHES = 2
+
+
+def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> tuple[Solver, dict[str, Any]]:
+    """The solver (eval mode, on ``device``) and the flat config it was trained with
+    (``run_config.json``'s ``config``). The solver is loaded once per folder and device and shared
+    by every caller: treat it as read-only."""
+    solver, flat = _load(str(Path(model_dir).resolve()), str(device))
+    return solver, dict(flat)
+
+
+@lru_cache(maxsize=4)
+def _load(directory: str, device: str) -> tuple[Solver, dict[str, Any]]:
+    run_config = Path(directory) / RUN_CONFIG_FILE
+    if not run_config.is_file():
+        raise FileNotFoundError(f"{run_config} not found: --model must be a best/ folder written by training")
+    flat = json.loads(run_config.read_text(encoding="utf-8"))["config"]
+    solver = Solver.load(directory, map_location=device)
+    solver.eval()
+    return solver, flat
+
+
+@torch.no_grad()
+def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
+            batch_size: int, device: torch.device | str = "cpu",
+            bf16_inference: bool | None = None) -> list[list[str]]:
+    """The solver's prefix equation for every row, in row order (eval mode, restored afterwards).
+
+    Rows are decoded in order of text length, so a batch pads little (a problem's prediction does
+    not depend on its batch-mates), and put back in row order. The encoder runs on up to
+    ``ENCODE_BATCHES * batch_size`` problems at once, the beam search on up to
+    ``BEAM_BATCHES * batch_size``. ``bf16_inference``: bfloat16 GRU products while decoding
+    (None: the solver's ``model.bf16_inference``)."""
+    was_training = solver.training
+    solver.eval()
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["tokens"]))
+    out: list[list[str]] = [[] for _ in rows]
+    step = even_step(len(order), ENCODE_BATCHES * batch_size) if order else 1
+    try:
+        for start in range(0, len(order), step):
+            chunk_ids = order[start:start + step]
+            chunk = [rows[i] for i in chunk_ids]
+            batch = collate(chunk, vocab, variant=variant).to(device)
+            if list(batch.ids) != [str(r["id"]) for r in chunk]:
+                raise RuntimeError("collate reordered or dropped evaluation rows; evaluation needs every row in order")
+            predictions = solver.solve(batch, beam_size=beam_size, beam_batch=BEAM_BATCHES * batch_size,
+                                       bf16_inference=bf16_inference)
+            for i, p in zip(chunk_ids, predictions):
+                out[i] = list(p)
+    finally:
+        solver.train(was_training)
+    return out
+
+
+def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
+    """A prefix equation as readable infix, each slot ``Ni`` replaced by the number as written."""
+    if not prefix:
+        return ""
+    tokens = [
+        num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
+        for t in prefix
+    ]
+    try:
+        return prefix_to_infix(tokens)
+    except ExprError:  # a malformed prediction is shown as the raw prefix it was
+        return " ".join(prefix)
+
+
+def format_answer(value: float) -> str:
+    """An answer as printed: integers without a decimal point, others to six significant digits."""
+    if abs(value - round(value)) < 1e-9:
+        return str(int(round(value)))
+    return f"{value:.6g}"

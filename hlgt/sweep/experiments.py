@@ -1,0 +1,140 @@
+"""The sweep on Ray Tune: one experiment per ablation arm, each trial one Ray Train run.
+
+Each arm is its own Tune experiment (``<storage>/<name>/<arm>``) so that the scheduler (ASHA by
+default) compares configurations within an arm, never prunes one arm against another. An
+interrupted sweep resumes when re-run with the same name and storage: finished trials are kept,
+unfinished ones continue from their last checkpoint. ``run`` is the whole sweep: every arm's
+experiment, then ``hlgt.sweep.results``.
+"""
+from __future__ import annotations
+
+import time
+
+from hlgt import config as C
+from hlgt.config import Config
+from hlgt.sweep import results
+from hlgt.sweep.plan import Plan
+from hlgt.sweep.space import describe
+
+
+def trial(config: dict, plan: Plan) -> None:
+    """The Tune trainable: one TorchTrainer for the trial's configuration, whose metrics and
+    checkpoint paths reach Tune through ``TuneReportCallback`` (a TorchTrainer handed straight to a
+    Tuner fails under Ray Train's new engine).
+
+    ``config`` holds what varies (arm, sample, replicate); ``plan`` what does not (``with_parameters``).
+    """
+    import ray.tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from hlgt.train import launch
+
+    cfg = Config.from_flat(plan.trial_flat(config["arm"], config["sample"], config["replicate"]))
+    # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
+    launch.fit(cfg, plan.shards[cfg.data.fold], name=ray.tune.get_context().get_trial_name(),
+               storage=plan.train_storage, workers=plan.workers, cpus_per_worker=plan.cpus_per_worker,
+               gpus_per_worker=plan.gpus_per_worker or None, keep=1, max_failures=plan.max_failures,
+               callbacks=[TuneReportCallback()], group=plan.name, wandb_dir=plan.wandb_dir, evaluate_test=False)
+
+
+class TrialName:
+    """``<arm>-s<sample>-r<replicate>-<trial id>``: W&B runs and folders named by arm and trial."""
+
+    def __init__(self, arm: str) -> None:
+        self.arm = arm
+
+    def __call__(self, t) -> str:
+        return f"{self.arm}-s{t.config['sample']}-r{t.config['replicate']}-{t.trial_id}"
+
+
+def scheduler(kind: str, epochs: int):
+    """The Tune scheduler that stops unpromising trials of an arm: asha, median or fifo (none)."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    if kind == "asha":
+        # max_t one past the last epoch: ASHA stops a trial that reaches max_t, and the last epoch
+        # must not be cut short (the trial still has its final report to make).
+        return ASHAScheduler(time_attr=C.EPOCH, max_t=max(epochs, 1) + 1, grace_period=max(1, epochs // 4),
+                             reduction_factor=3)
+    if kind == "median":
+        return MedianStoppingRule(time_attr=C.EPOCH, grace_period=max(1, epochs // 4))
+    if kind == "fifo":
+        return FIFOScheduler()
+    raise ValueError(f"unknown scheduler {kind!r}; choose asha, median or fifo")
+
+
+def concurrency(plan: Plan) -> int:
+    """Trials that fit the cluster at once, one CPU left free for Ray Data's read tasks."""
+    import ray
+
+    from hlgt.train.launch import worker_cpus
+
+    if plan.max_concurrent > 0:
+        return plan.max_concurrent
+    res = ray.cluster_resources()
+    worker_cpus(plan.workers, plan.cpus_per_worker)  # raises when even one trial would starve Ray Data
+    fit = int((res.get("CPU", 0.0) - 1.0 + 1e-9) // (plan.workers * plan.cpus_per_worker))
+    if plan.gpus_per_worker > 0:
+        fit = min(fit, int(res.get("GPU", 0.0) // (plan.workers * plan.gpus_per_worker)))
+        if fit < 1:
+            raise RuntimeError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
+                               f"{plan.workers * plan.gpus_per_worker:g}")
+    return max(fit, 1)
+
+
+def run_arm(plan: Plan, arm: str):
+    """One Tune experiment for one arm (restored when it exists); returns its ResultGrid."""
+    import ray.tune
+
+    path = f"{plan.root}/{arm}"
+    # The trial function only waits on its TorchTrainer, whose workers hold the CPUs (GPUs). It asks
+    # for memory, not CPU: a fraction of a CPU would leave Ray Data's 1-CPU read tasks unschedulable.
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(trial, plan=plan), {"CPU": 0, "memory": 64 * 1024**2})
+    if ray.tune.Tuner.can_restore(path):
+        print(f"[sweep] {arm}: resuming {path}", flush=True)
+        tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
+    else:
+        tuner = ray.tune.Tuner(
+            trainable,
+            param_space={"arm": arm, "sample": ray.tune.grid_search(plan.arm_samples(arm)),
+                         "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
+            tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC, mode="max",
+                                            scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
+                                            max_concurrent_trials=concurrency(plan), trial_name_creator=TrialName(arm),
+                                            trial_dirname_creator=TrialName(arm)),
+            run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root),
+        )
+    grid = tuner.fit()
+    if grid.num_terminated + grid.num_errors < len(grid):  # Ctrl-C: Tune saved its state and returned
+        raise KeyboardInterrupt(f"sweep interrupted in arm {arm}; re-run the same command to resume it")
+    return grid
+
+
+def announce(plan: Plan) -> None:
+    """The sweep's shape on the console: arms, configurations, replicates, where results go."""
+    print(f"[sweep] {plan.name}: arms {', '.join(plan.arms)}; {len(plan.samples)} configuration(s) × "
+          f"{len(plan.replicates)} replicate(s) per arm; scheduler {plan.scheduler}; results in {plan.root}", flush=True)
+    for i, s in enumerate(plan.samples):
+        print(f"[sweep]   configuration {i}: {describe(s)}", flush=True)
+    for arm in plan.arms:
+        kept = plan.arm_samples(arm)
+        if len(kept) < len(plan.samples):
+            print(f"[sweep]   {arm}: configuration(s) {kept} only (the others differ in settings {arm} does not read)",
+                  flush=True)
+
+
+def run(plan: Plan, address: str | None = None) -> list[dict]:
+    """The whole sweep: every arm's experiment, then selection, test evaluation, table, chart and
+    W&B summary; returns the table's rows."""
+    from hlgt.train.launch import init_ray
+
+    init_ray(address)
+    started = time.perf_counter()
+    announce(plan)
+    grids = {arm: run_arm(plan, arm) for arm in plan.arms}
+    rows, paths = results.summarise(plan, grids)
+    print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; selection on validation, test evaluated once per "
+          f"arm's best configuration\n", flush=True)
+    print(results.results_markdown(rows, plan.replicate_kind), flush=True)
+    print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
+    return rows

@@ -1,0 +1,82 @@
+"""The plan of a sweep: everything a trial needs, decided before Ray starts.
+
+Each trial is one (arm, sample, replicate): the base overrides, the arm's overrides
+(``hlgt.config.ABLATIONS``), the sampled configuration and the replicate's fold and seed, in that
+order. An arm trains only the samples that differ in what its model reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hlgt.config import ABLATIONS, Config, is_uri
+
+
+@dataclass
+class Plan:
+    name: str
+    storage: str  # the sweep's root: <storage>/<name>/...
+    base: dict[str, Any]  # flat overrides common to every trial
+    arms: list[str]
+    samples: list[dict]
+    replicates: list[dict]  # {"data.fold": f, "train.seed": s}
+    shards: dict[int, str] = field(default_factory=dict)  # fold → shard folder (build_shards)
+    scheduler: str = "asha"
+    workers: int = 1
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    max_concurrent: int = 0
+    max_failures: int = 1
+    wandb: bool = True
+    wandb_dir: str = "."  # where offline W&B runs are written (on the node running each trial's rank 0)
+    replicate_kind: str = "seeds"  # what the replicates vary, for the table: seeds | folds | runs
+
+    @property
+    def root(self) -> str:
+        return f"{self.storage.rstrip('/')}/{self.name}"
+
+    @property
+    def train_storage(self) -> str:
+        """Where the trials' Ray Train runs keep their checkpoints."""
+        return f"{self.root}/train"
+
+    @property
+    def local_dir(self) -> Path:
+        """Where the results table, chart and test predictions are written (local even when
+        the Tune results go to S3)."""
+        return Path(self.root) if not is_uri(self.root) else Path("runs") / "sweeps" / self.name
+
+    @property
+    def centre(self) -> Config:
+        """The base configuration, before any arm, sample or replicate."""
+        return Config.from_flat(self.base)
+
+    def trial_flat(self, arm: str, sample: int, replicate: int) -> dict[str, Any]:
+        return {**self.base, **ABLATIONS[arm], **self.samples[sample], **self.replicates[replicate]}
+
+    def arm_params(self, arm: str, sample: int) -> dict[str, Any]:
+        """The searched values of a sample that the arm's model reads (gts has no heads or layers)."""
+        unread = Config.from_flat({**self.base, **ABLATIONS[arm], **self.samples[sample]}).unread_keys()
+        return {k: v for k, v in self.samples[sample].items() if k not in unread}
+
+    def arm_samples(self, arm: str) -> list[int]:
+        """The samples an arm trains: the first of each group that is the same model for the arm,
+        so no two trials of an arm train the same configuration."""
+        seen: list[dict] = []
+        keep = []
+        for i in range(len(self.samples)):
+            params = self.arm_params(arm, i)
+            if params not in seen:
+                seen.append(params)
+                keep.append(i)
+        return keep
+
+
+def build_shards(plan: Plan, address: str | None = None) -> dict[int, str]:
+    """The shard folder of every fold the replicates use, built now unless it exists."""
+    from hlgt.data.build import ensure_shards
+
+    folds = sorted({int(r["data.fold"]) for r in plan.replicates})
+    return {fold: str(Path(ensure_shards(plan.centre.override({"data.fold": fold}), address=address)).resolve())
+            for fold in folds}

@@ -1,0 +1,182 @@
+"""The sweep's results: selection on validation, one test evaluation per arm, the table and chart.
+
+Per arm, the configuration with the best mean validation value accuracy over its replicates is
+chosen; then the best checkpoint of each of its replicates is evaluated ONCE on test, here. The
+results are written as ``results.md``, ``results.csv``, ``results.json`` and ``results.png`` (bars
+per arm, mean ± std) and, with W&B on, as one summary run with the table and the chosen models'
+test predictions.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlgt import config as C
+from hlgt.config import Config, is_uri
+from hlgt.sweep.plan import Plan
+from hlgt.sweep.space import describe
+from hlgt.train import tracking
+
+CSV_COLUMNS = ["arm", "config", "runs", "trials", "failed", "val_value_acc_mean", "val_value_acc_std",
+               "test_value_acc_mean", "test_value_acc_std", "test_equation_acc_mean", "test_equation_acc_std"]
+
+
+@dataclass
+class TrialOutcome:
+    arm: str
+    sample: int
+    replicate: int
+    val_value_acc: float  # best validation value accuracy the trial reached
+    checkpoint: str | None  # its latest checkpoint (holds best/)
+    error: str | None
+
+
+def outcomes(arm: str, grid) -> list[TrialOutcome]:
+    """What each trial of an arm's ResultGrid reached on validation, and where its checkpoint is."""
+    out = []
+    for r in grid:
+        df = r.metrics_dataframe
+        best = float(df[C.VAL_VALUE_ACC].max()) if df is not None and C.VAL_VALUE_ACC in df else float("nan")
+        out.append(TrialOutcome(arm=arm, sample=int(r.config["sample"]), replicate=int(r.config["replicate"]),
+                                val_value_acc=best, checkpoint=(r.metrics or {}).get("checkpoint_path"),
+                                error=None if r.error is None else str(r.error)))
+    return out
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def choose(arm: str, trials: list[TrialOutcome]) -> list[TrialOutcome]:
+    """The replicates of the arm's configuration with the best mean validation value accuracy."""
+    usable = [t for t in trials if t.checkpoint and not math.isnan(t.val_value_acc)]
+    if not usable:
+        errors = "; ".join(sorted({t.error for t in trials if t.error})) or "no checkpoint reported"
+        raise RuntimeError(f"arm {arm}: no trial produced a checkpoint ({errors})")
+    by_sample: dict[int, list[TrialOutcome]] = {}
+    for t in usable:
+        by_sample.setdefault(t.sample, []).append(t)
+    best_sample = max(by_sample, key=lambda s: (statistics.fmean(t.val_value_acc for t in by_sample[s]), -s))
+    return sorted(by_sample[best_sample], key=lambda t: t.replicate)
+
+
+def _checkpoint_dir(plan: Plan, path: str):
+    """A local folder for a trial's checkpoint path (downloaded when the storage is remote)."""
+    if not is_uri(plan.storage):
+        return contextlib.nullcontext(path)
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
+    fs, _ = pyarrow.fs.FileSystem.from_uri(plan.storage)
+    return Checkpoint(path=path, filesystem=fs).as_directory()
+
+
+def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):
+    """A chosen trial's best model evaluated on its fold's test split; the report and predictions
+    written under ``best/<arm>/replicate<r>`` and logged. Returns the report."""
+    from hlgt.data.shards import load_rows
+    from hlgt.model.solver import Solver
+    from hlgt.train import evaluate as E
+
+    cfg = Config.from_flat(plan.trial_flat(t.arm, t.sample, t.replicate))
+    rows = load_rows(plan.shards[cfg.data.fold], "test")
+    with _checkpoint_dir(plan, t.checkpoint) as directory:
+        solver = Solver.load(Path(directory) / "best")
+    report, scored = E.evaluate(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
+                                batch_size=cfg.train.batch_size)
+    E.write_report(plan.local_dir / "best" / t.arm / f"replicate{t.replicate}", "test", report, scored)
+    tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
+    return report
+
+
+def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -> dict:
+    """The arm's row of the table: its chosen configuration, validation and test mean ± std."""
+    chosen = choose(arm, trials)
+    reports = [evaluate_on_test(plan, t, tracker) for t in chosen]
+    val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
+    tv_mean, tv_std = mean_std([r.value_acc for r in reports])
+    te_mean, te_std = mean_std([r.equation_acc for r in reports])
+    return {"arm": arm, "config": describe(plan.arm_params(arm, chosen[0].sample)), "runs": len(chosen),
+            "trials": len(trials), "failed": sum(t.error is not None for t in trials),
+            "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
+            "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
+            "test_equation_acc_mean": te_mean, "test_equation_acc_std": te_std,
+            "checkpoints": [str(Path(t.checkpoint) / "best") for t in chosen]}
+
+
+def _pct(mean: float, std: float) -> str:
+    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+def results_markdown(rows: list[dict], replicate_kind: str) -> str:
+    lines = [f"| arm | config | val value acc (%) | test value acc (%) | test equation acc (%) | {replicate_kind} |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['arm']} | {r['config']} | {_pct(r['val_value_acc_mean'], r['val_value_acc_std'])} "
+                     f"| {_pct(r['test_value_acc_mean'], r['test_value_acc_std'])} "
+                     f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _chart(path: Path, rows: list[dict], title: str) -> None:
+    """Validation and test value accuracy per arm, mean ± std bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 1.5), 3.8))
+    x = list(range(len(rows)))
+    width = 0.38
+    for offset, key, label in ((-width / 2, "val_value_acc", "validation"), (width / 2, "test_value_acc", "test")):
+        ax.bar([i + offset for i in x], [100 * r[f"{key}_mean"] for r in rows], width,
+               yerr=[100 * r[f"{key}_std"] for r in rows], capsize=3, label=label)
+    ax.set_xticks(x, [r["arm"] for r in rows], rotation=20, ha="right")
+    ax.set_ylabel("value accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_results(directory: Path, rows: list[dict], replicate_kind: str, title: str) -> dict[str, Path]:
+    """results.md / .csv / .json and the bar chart results.png."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {"md": directory / "results.md", "csv": directory / "results.csv",
+             "json": directory / "results.json", "png": directory / "results.png"}
+    paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind),
+                           encoding="utf-8")
+    with paths["csv"].open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    paths["json"].write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    _chart(paths["png"], rows, title)
+    return paths
+
+
+def summarise(plan: Plan, grids: dict) -> tuple[list[dict], dict[str, Path]]:
+    """Every arm's row (selection and test), written as the table and chart and logged to one W&B
+    summary run; returns the rows and the files written."""
+    centre = plan.centre
+    mode = tracking.prepare_environment(plan.wandb)
+    tracker = tracking.start({"sweep": plan.name, "arms": plan.arms, **plan.base}, enabled=plan.wandb,
+                             project=centre.train.wandb_project, name=f"{plan.name}-results",
+                             group=plan.name, directory=plan.wandb_dir, job_type="summary", mode=mode)
+    try:
+        rows = [select_and_test(plan, arm, outcomes(arm, grids[arm]), tracker) for arm in plan.arms]
+        title = f"{plan.name}\n{centre.data.dataset}: value accuracy, mean ± std over {plan.replicate_kind}"
+        paths = write_results(plan.local_dir, rows, plan.replicate_kind, title)
+        tracker.log_table("results", CSV_COLUMNS, [[r[c] for c in CSV_COLUMNS] for r in rows])
+    finally:
+        tracker.finish()
+    return rows, paths

@@ -1,0 +1,93 @@
+"""The search space: which values of which config keys a sweep tries, and their short names.
+
+A dimension is a list of values or ``{uniform: [lo, hi]}`` / ``{loguniform: [lo, hi]}``. The first
+configuration is the centre (the base config, i.e. the paper's settings, where the space holds
+them); the others are random draws, or the whole product with ``grid``.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from typing import Any
+
+from hlgt.config import Config
+
+# Heads, layers and β_com, centred on the paper's 4 / 2 / 0.1; the learning rate and hidden size
+# are searched only when asked for.
+DEFAULT_SPACE: dict[str, list] = {"model.heads": [2, 4, 8], "model.layers": [1, 2, 3], "model.beta_com": [0.05, 0.1, 0.2]}
+SHORT = {"model.heads": "heads", "model.layers": "layers", "model.beta_com": "beta_com", "train.lr": "lr",
+         "model.hidden_size": "hidden", "model.embedding_size": "embedding", "model.dropout": "dropout"}
+
+
+def parse_values(text: str) -> list:
+    """``"2,4,8"`` → ``[2, 4, 8]`` (ints, floats, booleans or strings)."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        for cast in (int, float):
+            try:
+                out.append(cast(item))
+                break
+            except ValueError:
+                continue
+        else:
+            out.append({"true": True, "false": False}.get(item.lower(), item))
+    return out
+
+
+def _check_dimension(key: str, dim: Any) -> None:
+    if key not in Config().to_flat():
+        raise ValueError(f"search space key {key!r} is not a config key")
+    if isinstance(dim, list):
+        if not dim:
+            raise ValueError(f"search space {key!r} has no values")
+    elif not (isinstance(dim, dict) and len(dim) == 1 and next(iter(dim)) in ("uniform", "loguniform")
+              and len(next(iter(dim.values()))) == 2):
+        raise ValueError(f"search space {key!r} must be a list of values or {{uniform|loguniform: [lo, hi]}}, got {dim!r}")
+
+
+def _draw(dim: Any, rng: random.Random) -> Any:
+    if isinstance(dim, list):
+        return rng.choice(dim)
+    (kind, (lo, hi)), = dim.items()
+    if kind == "uniform":
+        return rng.uniform(float(lo), float(hi))
+    return math.exp(rng.uniform(math.log(float(lo)), math.log(float(hi))))
+
+
+def _centre(dim: Any, value: Any) -> Any:
+    """The base config's value when the dimension holds it, else the dimension's middle."""
+    if isinstance(dim, list):
+        return value if value in dim else dim[len(dim) // 2]
+    (kind, (lo, hi)), = dim.items()
+    if float(lo) <= float(value) <= float(hi):
+        return value
+    return math.sqrt(float(lo) * float(hi)) if kind == "loguniform" else (float(lo) + float(hi)) / 2
+
+
+def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: int = 0, grid: bool = False) -> list[dict]:
+    """The configurations to try: the whole product (``grid``), else the centre then random draws
+    (distinct while the space allows)."""
+    for key, dim in space.items():
+        _check_dimension(key, dim)
+    if not space:
+        return [{}]
+    if grid:
+        if not all(isinstance(d, list) for d in space.values()):
+            raise ValueError("--grid needs every dimension to be a list of values")
+        return [dict(zip(space, combo)) for combo in itertools.product(*space.values())]
+    rng = random.Random(seed)
+    configs = [{k: _centre(d, centre[k]) for k, d in space.items()}]
+    finite = all(isinstance(d, list) for d in space.values())
+    size = math.prod(len(d) for d in space.values()) if finite else math.inf
+    while len(configs) < min(n, size):
+        draw = {k: _draw(d, rng) for k, d in space.items()}
+        if draw not in configs or not finite:
+            configs.append(draw)
+    return configs[:n]
+
+
+def describe(params: dict[str, Any]) -> str:
+    """``heads=4 layers=2 beta_com=0.1``: a configuration as the console and the table name it."""
+    return " ".join(f"{SHORT.get(k, k)}={v:g}" if isinstance(v, float) else f"{SHORT.get(k, k)}={v}"
+                    for k, v in params.items()) or "defaults"

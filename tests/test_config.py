@@ -1,0 +1,45 @@
+"""hlgt.config's shared answers: where runs are stored (``$HLGT_STORAGE``, local paths or URIs) and
+which ablation arms exist, checked the same way by every command that takes ``--ablation``."""
+from pathlib import Path
+
+import pytest
+
+from hlgt import config as C
+
+
+def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
+    monkeypatch.delenv("HLGT_STORAGE", raising=False)
+    assert C.shared_storage() == "" and C.storage_path("runs") == "runs"
+    assert C.storage_root(None, "runs/sweeps", "sweeps") == str((Path.cwd() / "runs" / "sweeps").resolve())
+    assert C.storage_root(str(tmp_path), "runs", "runs") == str(tmp_path)
+    monkeypatch.setenv("HLGT_STORAGE", "s3://bucket/hlgt/")
+    assert C.shared_storage() == "s3://bucket/hlgt"
+    assert C.storage_path("datasets", "processed") == "s3://bucket/hlgt/datasets/processed"
+    assert C.storage_root(None, "runs", "sweeps") == "s3://bucket/hlgt/sweeps"
+    assert C.Config().train.out_dir == "s3://bucket/hlgt/runs"
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    assert C.storage_root(None, "elsewhere", "runs") == str(tmp_path / "runs")
+
+
+def test_is_uri():
+    assert C.is_uri("s3://bucket/x") and C.is_uri("gs://b")
+    assert not C.is_uri("/mnt/nfs/hlgt") and not C.is_uri("runs/sweeps")
+
+
+def test_ablation_arms_are_checked_in_one_place():
+    assert C.check_ablation("gts") == "gts"
+    assert C.ablation_arms("all") == list(C.ABLATIONS)
+    assert C.ablation_arms(" gts, full") == ["gts", "full"] and C.ablation_arms(["hgt"]) == ["hgt"]
+    with pytest.raises(ValueError, match="unknown ablation arm 'nope'; the arms are full, no_node_type, "):
+        C.ablation_arms("gts,nope")
+
+
+@pytest.mark.parametrize("module", ["hlgt.train.__main__", "hlgt.train.bench", "hlgt.train.curve"])
+@pytest.mark.parametrize("flag", ["--ablation", "old name"])
+def test_every_command_rejects_an_unknown_arm_alike(module, flag):
+    import importlib
+
+    main = importlib.import_module(module).main
+    old = {"hlgt.train.__main__": "--arm"}.get(module, "--arms")
+    with pytest.raises(SystemExit, match="unknown ablation arm 'nope'; the arms are full, "):
+        main(["--dataset", "sample", "--ablation" if flag == "--ablation" else old, "nope"])

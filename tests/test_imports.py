@@ -1,0 +1,125 @@
+"""No import cycle between the project's modules.
+
+Every module of the ``hlgt`` package is parsed (not imported) and each import of an ``hlgt``
+module counts, at module level or inside a function: a function-level import only hides a cycle
+until the function runs. ``from hlgt.x import y`` points at ``hlgt.x.y`` when ``y`` is a
+submodule, else at ``hlgt.x``; relative imports are resolved against the importing module.
+"""
+import ast
+import pkgutil
+from pathlib import Path
+
+import hlgt
+
+PACKAGE = "hlgt"
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the package by dotted name, packages as their ``__init__.py``."""
+    root = Path(hlgt.__file__).parent
+    modules = {PACKAGE: root / "__init__.py"}
+    for info in pkgutil.walk_packages([str(root)], prefix=PACKAGE + "."):
+        relative = Path(*info.name.split(".")[1:])
+        modules[info.name] = root / relative / "__init__.py" if info.ispkg else (root / relative).with_suffix(".py")
+    return modules
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module an ``ImportFrom`` reads from (``from ..a import b`` -> ``<parent>.a``)."""
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules that ``module`` imports anywhere in its source."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, is_package, node)
+            for alias in node.names:
+                found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source)
+    return {m for m in found if m in modules and m != module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a closed path of modules) per strongly connected component larger than one
+    module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_path_through(graph, component) for component in components]
+
+
+def _path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A closed path inside ``component`` from its first module back to it (breadth first)."""
+    start = min(component)
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return path[::-1] + [start]
+                if w not in parent:
+                    parent[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"{sorted(component)} is not strongly connected")
+
+
+def test_cycle_finder_resolves_relative_and_submodule_imports(tmp_path):
+    graph = {"p": set(), "p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert cycles(graph) == [["p.a", "p.b", "p.c", "p.a"]]
+    (tmp_path / "m.py").write_text("def f():\n    from . import sub\n    from .sub import x\n    from .. import top\n")
+    modules = {"q": tmp_path, "q.pkg": tmp_path, "q.pkg.m": tmp_path / "m.py", "q.pkg.sub": tmp_path, "q.top": tmp_path}
+    assert imports_of("q.pkg.m", tmp_path / "m.py", modules) == {"q.pkg.sub", "q.top"}
+
+
+def test_no_import_cycle_between_project_modules():
+    graph = import_graph()
+    assert "hlgt.solve" in graph and "hlgt.train.evaluate" in graph  # the walk saw the package
+    found = cycles(graph)
+    assert not found, "import cycles between project modules:\n" + "\n".join(" -> ".join(c) for c in found)

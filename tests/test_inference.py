@@ -1,0 +1,59 @@
+"""Inference: loading a model folder, batched prediction in row order, readable equations and answers."""
+import pytest
+import torch
+
+from hlgt import inference
+from hlgt.inference import format_answer, infix_with_numbers, load_model, predict
+
+
+def test_infix_substitutes_numbers():
+    assert infix_with_numbers(["*", "-", "N0", "1", "N1"], ["11", "2"]) == "(11-1)*2"
+    assert infix_with_numbers(["*", "N0", "N1"], ["(2/5)", "20%"]) == "(2/5)*20%"
+    assert infix_with_numbers(["+", "N0"], ["1"]) == "+ N0"  # malformed stays readable
+    assert infix_with_numbers(None, []) == ""
+
+
+def test_format_answer():
+    assert [format_answer(v) for v in (3.0, 2.9999999999, -4.0, 0.125, 1 / 3)] == ["3", "3", "-4", "0.125", "0.333333"]
+
+
+def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
+    """Batches are formed by text length; every prediction still lands on its own row, and the
+    call's decoding settings reach ``Solver.solve``."""
+    rows = [{"id": str(i), "tokens": ["w"] * n} for i, n in enumerate([9, 2, 7, 1, 5, 3, 8])]
+    seen_batches = []
+
+    def fake_collate(chunk, vocab, variant):
+        seen_batches.append([len(r["tokens"]) for r in chunk])
+        return type("B", (), {"ids": [r["id"] for r in chunk], "to": lambda self, device: self})()
+
+    solve_calls = []
+
+    class EchoSolver(torch.nn.Module):
+        def solve(self, batch, beam_size, beam_batch, bf16_inference):
+            solve_calls.append((beam_batch, bf16_inference))
+            return [[f"N{b}"] for b in batch.ids]  # the row's own id, to check placement
+
+    monkeypatch.setattr(inference, "collate", fake_collate)
+    out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3)
+    assert out == [[f"N{i}"] for i in range(len(rows))]
+    assert seen_batches == [[1, 2, 3, 5, 7, 8, 9]] and solve_calls == [(6, None)]  # one encoder batch of up to 4 x 3
+    seen_batches.clear()
+    solve_calls.clear()
+    monkeypatch.setattr(inference, "ENCODE_BATCHES", 1)
+    out = predict(EchoSolver(), rows, vocab=None, variant="srl", beam_size=1, batch_size=3, bf16_inference=True)
+    assert out == [[f"N{i}"] for i in range(len(rows))]
+    assert seen_batches == [[1, 2, 3], [5, 7, 8], [9]] and solve_calls == [(6, True)] * 3
+
+
+def test_load_model_needs_a_model_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="best/ folder"):
+        load_model(tmp_path)
+
+
+def test_load_model_shares_one_solver_and_copies_the_config(model_dir):
+    solver, flat = load_model(model_dir)
+    again, flat_again = load_model(str(model_dir))
+    assert again is solver and not solver.training
+    assert flat_again == flat and flat_again is not flat
+    assert flat["data.dataset"] == "sample"

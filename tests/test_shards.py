@@ -1,0 +1,62 @@
+"""Tests for hlgt/data/shards.py: reading a shard folder back, and checking a prebuilt one."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hlgt.config import Config
+from hlgt.data.build import build
+from hlgt.data.shards import MANIFEST, use_shards
+
+SAMPLE = Config.from_flat({"data.dataset": "sample"})
+
+
+@pytest.fixture(scope="module")
+def sample_shards(tmp_path_factory):
+    return build(SAMPLE, out=tmp_path_factory.mktemp("sample") / "shards", actors=0)
+
+
+def test_reading_shards_needs_neither_ray_nor_the_builder(sample_shards):
+    code = ("import sys; from hlgt.data.shards import load_rows, load_vocab; from hlgt.data.collate import collate; "
+            f"rows = load_rows({str(sample_shards)!r}, 'valid'); collate(rows, load_vocab({str(sample_shards)!r})); "
+            "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray imported'; "
+            "assert 'hlgt.data.build' not in sys.modules, 'the builder imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
+    assert use_shards(SAMPLE, sample_shards) == sample_shards
+    with pytest.raises(ValueError, match="dataset"):
+        use_shards(SAMPLE.override({"data.dataset": "math23k"}), sample_shards)
+    with pytest.raises(ValueError, match="annotated by"):
+        use_shards(SAMPLE.override({"data.annotator": "ltp"}), sample_shards)
+    broken = tmp_path / "broken"
+    shutil.copytree(sample_shards, broken)
+    next((broken / "test").glob("*.parquet")).unlink()
+    with pytest.raises(FileNotFoundError, match="lacks shard"):
+        use_shards(SAMPLE, broken)
+    with pytest.raises(FileNotFoundError, match="manifest"):
+        use_shards(SAMPLE, tmp_path)
+
+
+def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme(sample_shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
+    mawps = Config.from_flat({"data.dataset": "mawps", "data.fold": 2})
+    fake = tmp_path / "mawps-fold2"
+    shutil.copytree(sample_shards, fake)
+    manifest = json.loads((fake / MANIFEST).read_text())
+    manifest.update(dataset="mawps", fold=2)
+    manifest.pop("mawps_folds")  # written before fold schemes existed: the grouped folds
+    (fake / MANIFEST).write_text(json.dumps(manifest))
+    assert use_shards(mawps, fake) == fake
+    with pytest.raises(ValueError, match="mawps_folds"):
+        use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake)
+    manifest["mawps_folds"] = "graph2tree"
+    (fake / MANIFEST).write_text(json.dumps(manifest))
+    assert use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake) == fake
+    with pytest.raises(ValueError, match="mawps_folds"):
+        use_shards(mawps, fake)
