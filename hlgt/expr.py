@@ -48,6 +48,10 @@ Number = Union[Fraction, float]
 OPS = ("+", "-", "*", "/", "^")
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3}
 _MAX_POWER_BITS = 20_000  # an exact power bigger than this (~10^6000) is computed in float instead
+# A literal's exponent and length are bounded before it becomes an exact Fraction: "1e999999999"
+# would otherwise build a billion-digit integer. Both bounds are far beyond any float.
+_MAX_EXPONENT = 400
+_MAX_LITERAL_CHARS = 400
 
 
 class ExprError(ValueError):
@@ -363,8 +367,14 @@ def parse_number(s: str | int | float | Fraction) -> Number:
     if not isinstance(s, str):
         raise ExprError(f"not a number: {s!r}")
     text = _normalise(s)
+    if len(text) > _MAX_LITERAL_CHARS:
+        raise ExprError(f"number literal longer than {_MAX_LITERAL_CHARS} characters: {s[:40]!r}...")
     if m := _PLAIN_RE.fullmatch(text):
-        value = Fraction(m.group(2).replace(",", ""))
+        literal = m.group(2).replace(",", "")
+        mantissa, _, exponent = literal.lower().partition("e")
+        if exponent and abs(int(exponent)) > _MAX_EXPONENT:
+            raise ExprError(f"exponent beyond ±{_MAX_EXPONENT}: {s!r}")
+        value = Fraction(literal)
         if m.group(3):
             value /= 100
         return -value if m.group(1) == "-" else value

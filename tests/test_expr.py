@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -213,6 +214,18 @@ def test_parse_answer(answer, value):
 @pytest.mark.parametrize("answer", ["abc", "", "  ", "1/0", "3:4", "N0+1", float("inf"), None])
 def test_parse_answer_unreadable(answer):
     assert parse_answer(answer) is None
+
+
+@pytest.mark.parametrize("answer", ["1e999999999", "-1E-999999999", "1e999999999+1", "9" * 5000,
+                                    "(1/" + "3" * 5000 + ")"])
+def test_huge_literals_are_unreadable_at_once(answer):
+    start = time.perf_counter()
+    assert parse_answer(answer) is None
+    assert time.perf_counter() - start < 0.5
+
+
+def test_large_but_float_sized_literals_still_read():
+    assert parse_answer("1e300") == 1e300 and parse_answer("2.5e-300") == 2.5e-300
 
 
 def test_values_match_is_the_project_tolerance():
