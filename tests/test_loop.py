@@ -1,5 +1,6 @@
 """The training loop in one process on the sample data: checkpoint, reload, resume, outputs."""
 import json
+import shutil
 
 import pytest
 
@@ -104,6 +105,33 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
     # A finished run re-run returns its results without training again.
     again = loop.train(cfg, shards, run_dir=tmp_path / "resumed", resume_from=tmp_path / "resumed" / "checkpoint")
     assert again.metrics == resumed.metrics and len(again.history) == 3
+
+
+def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards, tmp_path):
+    cfg = tiny(**{"train.epochs": 2})
+    reporter = loop.LocalReporter(tmp_path / "r")
+
+    def report_then_die(metrics, checkpoint_dir):
+        reporter(metrics, checkpoint_dir)
+        if metrics[C.EPOCH] == 1:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        loop.train(cfg, shards, report=report_then_die)
+    reporter.checkpoint.rename(tmp_path / "r" / ".checkpoint.old")  # killed after the first rename
+    latest = loop.LocalReporter(tmp_path / "r").latest()
+    assert latest == reporter.checkpoint and loop.read_checkpoint(latest)["epoch"] == 1
+    resumed = loop.train(cfg, shards, run_dir=tmp_path / "r", resume_from=latest)
+    assert loop.read_checkpoint(latest)["starts"] == [0, 1] and len(resumed.history) == 2
+    assert loop.LocalReporter(tmp_path / "empty").latest() is None
+
+
+def test_a_finished_run_rerun_restores_its_outputs(shards, tmp_path):
+    run = tmp_path / "r"
+    done = loop.train(tiny(**{"train.epochs": 1}), shards, run_dir=run)
+    shutil.rmtree(run / "best")  # killed after the final checkpoint, before the outputs were copied
+    again = loop.train(tiny(**{"train.epochs": 1}), shards, run_dir=run, resume_from=run / "checkpoint")
+    assert again.metrics == done.metrics and (run / "best" / "model.pt").is_file()
 
 
 def test_sweep_trials_leave_test_alone(shards, tmp_path):

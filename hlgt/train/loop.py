@@ -176,11 +176,20 @@ class LocalReporter:
     def checkpoint(self) -> Path:
         return self.run_dir / "checkpoint"
 
+    def latest(self) -> Path | None:
+        """The checkpoint to resume from, or None. A kill between the swap's two renames leaves
+        only ``.checkpoint.old``, complete: it is moved back into place first."""
+        old = self.run_dir / ".checkpoint.old"
+        if not self.checkpoint.exists() and (old / STATE_FILE).exists():
+            old.rename(self.checkpoint)
+        return self.checkpoint if (self.checkpoint / STATE_FILE).exists() else None
+
     def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")
         if checkpoint_dir is None:
             return
+        self.latest()
         staging = self.run_dir / ".checkpoint.tmp"
         old = self.run_dir / ".checkpoint.old"
         for p in (staging, old):
@@ -279,6 +288,8 @@ def train(
         report = LocalReporter(run_dir)
     trainer = Trainer(cfg, shards_dir, rt, vocab, resume_from)
     if trainer.state["finished"]:
+        if isinstance(report, LocalReporter) and rt.rank == 0:
+            publish(resume_from, report.run_dir)  # a kill may have come before the outputs were copied
         return trainer.finished_result(resume_from)
     trainer.prepare_training()
     tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
