@@ -130,4 +130,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hlgt.cli import run
+
+    sys.exit(run(main, "python -m hlgt.data.report"))
