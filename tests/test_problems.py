@@ -40,7 +40,17 @@ def test_language_is_guessed_per_file(tmp_path):
     en = tmp_path / "en.json"
     en.write_text(json.dumps([RECORDS[1], arithmetic]), encoding="utf-8")
     assert [p.lang for p in read_problems(en).problems] == ["en", "en"]
-    assert [p.lang for p in read_problems(en, lang="zh").problems] == ["zh", "zh"]
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps([RECORDS[0], arithmetic]), encoding="utf-8")
+    assert [p.lang for p in read_problems(mixed, lang="zh").problems] == ["zh", "zh"]
+
+
+def test_a_file_in_the_other_language_is_refused(tmp_path):
+    """MAWPS saved under Math23K's name: stop, naming the file, instead of training on it."""
+    wrong = tmp_path / "Math_23K_val.json"
+    wrong.write_text(json.dumps([RECORDS[1]] * 3 + [RECORDS[0]]), encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"Math_23K_val.json: expected Chinese problems, but 3 of 4"):
+        read_problems(wrong, lang="zh")
 
 
 def test_reads_json_array_with_int_ids_and_float_answers(tmp_path):

@@ -86,6 +86,8 @@ def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
         problem = _to_problem(record, lang, source, result.skipped)
         if problem is not None:
             result.problems.append(problem)
+    if lang is not None and result.problems:
+        _check_language(path, result.problems, lang)
     if lang is None and result.problems:
         # One language per file: a Math23K problem that is pure arithmetic ("23 * 42 = ．") is
         # still Chinese data. The file's language is its majority guess.
@@ -95,6 +97,16 @@ def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
                            for p in result.problems]
     result.records = len(result.problems) + sum(result.skipped.values())
     return result
+
+
+def _check_language(path: Path, problems: list[Problem], lang: str) -> None:
+    """A file read as ``lang`` whose texts are mostly in the other language is the wrong file
+    (MAWPS saved under a Math23K name would otherwise train as 2,373 "Chinese" problems)."""
+    matching = sum(guess_lang(" ".join(p.tokens)) == lang for p in problems)
+    if 2 * matching < len(problems):
+        names = {"zh": "Chinese", "en": "English"}
+        raise DataFileError(f"{path}: expected {names[lang]} problems, but {len(problems) - matching} of "
+                            f"{len(problems)} texts are not {names[lang]}: is this the right file?")
 
 
 def _records(text: str, path: Path, skipped: collections.Counter) -> list:
