@@ -107,6 +107,10 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
     assert again.metrics == resumed.metrics and len(again.history) == 3
 
 
+def _logged_epochs(run):
+    return [json.loads(line)[C.EPOCH] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards, tmp_path):
     cfg = tiny(**{"train.epochs": 2})
     reporter = loop.LocalReporter(tmp_path / "r")
@@ -123,6 +127,9 @@ def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards,
     assert latest == reporter.checkpoint and loop.read_checkpoint(latest)["epoch"] == 1
     resumed = loop.train(cfg, shards, run_dir=tmp_path / "r", resume_from=latest)
     assert loop.read_checkpoint(latest)["starts"] == [0, 1] and len(resumed.history) == 2
+    assert _logged_epochs(tmp_path / "r") == [1, 2, 2]  # each epoch once, then the final (test) report
+    loop.train(cfg, shards, run_dir=tmp_path / "r")  # --fresh over the same folder
+    assert _logged_epochs(tmp_path / "r") == [1, 2, 2]
     assert loop.LocalReporter(tmp_path / "empty").latest() is None
 
 

@@ -184,6 +184,16 @@ class LocalReporter:
             old.rename(self.checkpoint)
         return self.checkpoint if (self.checkpoint / STATE_FILE).exists() else None
 
+    def restart(self, epoch: int) -> None:
+        """Keep in ``metrics.jsonl`` only the epochs up to ``epoch``, where training (re)starts (0
+        for a fresh run): a resume or ``--fresh`` re-run then never lists an epoch twice."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip() and json.loads(line).get(C.EPOCH, 0) <= epoch]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
     def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")
@@ -291,6 +301,8 @@ def train(
         if isinstance(report, LocalReporter) and rt.rank == 0:
             publish(resume_from, report.run_dir)  # a kill may have come before the outputs were copied
         return trainer.finished_result(resume_from)
+    if isinstance(report, LocalReporter):
+        report.restart(trainer.state["epoch"])
     trainer.prepare_training()
     tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
                              name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
