@@ -5,7 +5,8 @@
 
 The path is the training path, applied to one text: tokenise (Chinese: jieba, with every number —
 ``(1/5)``, ``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7`` — kept whole; English: words, numbers
-and punctuation apart) → ``extract_quantities`` → the model's configured annotator (or
+and punctuation apart; Chinese numerals before a measure word and 一半 read as numbers) →
+``extract_quantities`` (a text without quantities is refused with a message) → the model's configured annotator (or
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer.
 
@@ -43,6 +44,39 @@ NUMBER = re.compile(
 )
 _ENGLISH = re.compile(rf"{NUMBER.pattern}|[A-Za-z]+(?:'[A-Za-z]+)?|\S")
 
+# Chinese numerals the training files write in digits: a run of numeral characters before a
+# measure word ("三个", "十二本", "两千克") becomes its digits, "一半" becomes (1/2). Only before a
+# measure word, so that words such as 一些, 一起 or 十分 keep their meaning.
+_CN_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
+_NOT_NUMBERS = {"一", "百", "千", "万"}
+_MEASURE_WORDS = "个只本支枝元角米克斤吨天年周岁人名位辆块棵条件张次页头匹箱袋盒瓶杯碗双层排行组套份倍道题朵根把间台架座"
+# Shortest run (so that 两千克 is 2 千克), never starting inside a longer run.
+_CN_NUMERAL = re.compile(r"(?<![零一二两三四五六七八九十百千万\d.])[零一二两三四五六七八九十百千万]+?"
+                         rf"(?=[{_MEASURE_WORDS}]|千克|公斤|小时|分钟|厘米|千米|公里)")
+
+
+def chinese_number(numeral: str) -> int:
+    """"十二" → 12, "两千零五" → 2005, "三万" → 30000."""
+    total, section, digit = 0, 0, 0
+    for ch in numeral:
+        if ch in _CN_DIGITS:
+            digit = _CN_DIGITS[ch]
+        elif ch == "万":
+            total += (section + digit) * 10000
+            section, digit = 0, 0
+        else:
+            section += (digit or 1) * _CN_UNITS[ch]
+            digit = 0
+    return total + section + digit
+
+
+def chinese_numerals_to_digits(text: str) -> str:
+    """A lone 一 stays a word: the training files write "一根绳子" (a rope) in characters and
+    their equations do not use it. A lone 百, 千 or 万 is part of a unit (千克, 百米)."""
+    text = text.replace("一半", "(1/2)")
+    return _CN_NUMERAL.sub(lambda m: m.group() if m.group() in _NOT_NUMBERS else str(chinese_number(m.group())), text)
+
 
 def tokenize(text: str, lang: str) -> list[str]:
     """Raw text → tokens in the style of the training files, numbers whole."""
@@ -51,6 +85,7 @@ def tokenize(text: str, lang: str) -> list[str]:
         return _ENGLISH.findall(text)
     if lang != "zh":
         raise ValueError(f"unknown language {lang!r}; expected zh or en")
+    text = chinese_numerals_to_digits(text)
     import jieba
 
     jieba.setLogLevel(logging.WARNING)  # its dictionary-loading chatter is not the answer
@@ -88,6 +123,9 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
     solver, flat = load_model(model_dir)
     lang = lang or guess_lang(text)
     tokens, quantities = extract_quantities(tokenize(text, lang))
+    if not quantities:
+        raise ValueError("no quantities found in the text: write its numbers in digits (Chinese "
+                         "numerals are read before a measure word, as in 三个, and 一半)")
     name = annotator or flat["data.annotator"]
     annotation = make_annotator(name, flat["data.annotator_model"] if name == flat["data.annotator"] else "").annotate(tokens, lang)
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,

@@ -18,6 +18,21 @@ def test_chinese_numbers_stay_whole():
     assert "".join(tokens) == "商店运来苹果1,200.5千克，卖了35%，又运来(1/5)和1(5/6)吨，比是3:7。"
 
 
+def test_chinese_numerals_before_a_measure_word_become_quantities():
+    assert tokenize("小明有三个苹果，吃了一半", "zh")[2:5] == ["3", "个", "苹果"]
+    assert "(1/2)" in tokenize("小明有三个苹果，吃了一半", "zh")
+    assert tokenize("十二本书", "zh")[0] == "12" and tokenize("三百零五米", "zh")[0] == "305"
+    assert tokenize("两千克苹果", "zh")[:2] == ["2", "千克"] and tokenize("两千个人", "zh")[0] == "2000"
+    assert tokenize("每千克5元", "zh") == ["每千克", "5", "元"] and "1" not in tokenize("一根绳子长12米", "zh")
+    assert not any(t.isdigit() for t in tokenize("一些人一起来，十分好看", "zh"))
+
+
+@pytest.mark.parametrize("text", ["小明很开心。", "🍎🍎🍎", "How many are there?"])
+def test_a_text_without_quantities_is_refused(model_dir, text):
+    with pytest.raises(ValueError, match="no quantities found"):
+        solve_text(model_dir, text)
+
+
 def test_english_splits_punctuation():
     assert tokenize("He sells 3/4 of 1,200 apples, i.e. 75%.", "en") == \
         ["He", "sells", "3/4", "of", "1,200", "apples", ",", "i", ".", "e", ".", "75%", "."]
