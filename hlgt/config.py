@@ -129,7 +129,35 @@ class Config:
         for key, value in flat.items():
             section, name = key.split(".", 1)
             setattr(getattr(out, section), name, _coerce(key, value, type(known[key])))
+        out.check()
         return out
+
+    def check(self) -> None:
+        """``ValueError`` naming the key when a value cannot work, before any data or model is built
+        (a head count that does not divide the hidden size would otherwise fail after the shards)."""
+        m, t = self.model, self.train
+        rules = [
+            ("model.hidden_size", m.hidden_size >= 1, "must be >= 1"),
+            ("model.embedding_size", m.embedding_size >= 1, "must be >= 1"),
+            ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,
+             f"must be >= 1 and divide model.hidden_size ({m.hidden_size})"),
+            ("model.layers", m.layers >= 1, "must be >= 1"),
+            ("model.dropout", 0.0 <= m.dropout < 1.0, "must lie in [0, 1)"),
+            ("model.beta_com", m.beta_com >= 0.0, "must be >= 0"),
+            ("model.beam_size", m.beam_size >= 1, "must be >= 1"),
+            ("model.max_output_len", m.max_output_len >= 1, "must be >= 1"),
+            ("train.epochs", t.epochs >= 1, "must be >= 1"),
+            ("train.batch_size", t.batch_size >= 1, "must be >= 1"),
+            ("train.lr", t.lr >= 0.0, "must be >= 0"),
+            ("train.lr_step", t.lr_step >= 1, "must be >= 1"),
+            ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
+            ("train.workers", t.workers >= 1, "must be >= 1"),
+            ("train.grad_clip", t.grad_clip >= 0.0, "must be >= 0 (0: no clipping)"),
+        ]
+        bad = [f"{key}={getattr(getattr(self, key.split('.')[0]), key.split('.')[1])!r} {why}"
+               for key, ok, why in rules if not ok]
+        if bad:
+            raise ValueError("bad config: " + "; ".join(bad))
 
     def unread_keys(self) -> set[str]:
         """Keys this configuration's model never reads: the graph encoder's settings when there is

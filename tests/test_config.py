@@ -43,3 +43,13 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     old = {"hlgt.train.__main__": "--arm"}.get(module, "--arms")
     with pytest.raises(SystemExit, match="unknown ablation arm 'nope'; the arms are full, "):
         main(["--dataset", "sample", "--ablation" if flag == "--ablation" else old, "nope"])
+
+
+@pytest.mark.parametrize("flat, named", [
+    ({"model.heads": 3}, "model.heads=3"), ({"model.heads": 0}, "model.heads=0"),
+    ({"model.dropout": 1.0}, "model.dropout"), ({"train.batch_size": 0}, "train.batch_size"),
+    ({"train.epochs": 0}, "train.epochs"), ({"model.beam_size": 0}, "model.beam_size"),
+])
+def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
+    with pytest.raises(ValueError, match=f"bad config: {named}"):
+        C.Config.from_flat(flat)

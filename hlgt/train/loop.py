@@ -291,7 +291,7 @@ def train(
     (sweep trials) leaves the test split untouched: the sweep evaluates each arm's best once.
     """
     rt = runtime or Runtime()
-    _check_config(cfg)
+    cfg.check()  # a Config built field by field has not been through from_flat's check
     if report is None:
         if run_dir is None:
             raise ValueError("train needs a report callback or a run_dir for the local one")
@@ -314,13 +314,6 @@ def train(
         tracker.finish()
     checkpoint = report.checkpoint if isinstance(report, LocalReporter) else None
     return TrainResult(metrics=final, history=trainer.state["history"], checkpoint=checkpoint)
-
-
-def _check_config(cfg: Config) -> None:
-    if cfg.train.epochs < 1:
-        raise ValueError(f"train.epochs must be >= 1, got {cfg.train.epochs}")
-    if not cfg.train.grad_clip >= 0:
-        raise ValueError(f"train.grad_clip must be >= 0 (0: no clipping), got {cfg.train.grad_clip}")
 
 
 class Trainer:
