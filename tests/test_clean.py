@@ -102,7 +102,8 @@ def test_split_errors_are_clear(tmp_path):
         load_split("math23k", "train", tmp_path)
     (tmp_path / "ape210k").mkdir()
     (tmp_path / "ape210k" / "valid.ape.json").write_text("", encoding="utf-8")
-    assert load_split("ape210k", "valid", tmp_path) == []
+    with pytest.raises(ValueError, match="valid.ape.json holds no readable problem"):
+        load_split("ape210k", "valid", tmp_path)
     with pytest.raises(FileNotFoundError, match="train.ape.json"):
         load_split("ape210k", "train", tmp_path)
 

@@ -136,11 +136,14 @@ def test_file_errors_name_the_file(tmp_path):
         read_problems(bad, lang="fr")
 
 
-def test_empty_file_reads_nothing(tmp_path):
+def test_a_file_without_problems_is_an_error_naming_it(tmp_path):
     path = tmp_path / "f.json"
     path.write_text("\n\n", encoding="utf-8")
-    result = read_problems(path)
-    assert result.problems == [] and result.records == 0
+    with pytest.raises(DataFileError, match=r"f.json holds no readable problem$"):
+        read_problems(path)
+    path.write_text(json.dumps([{"id": "1"}]), encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"f.json holds no readable problem \(skipped: \{'missing_field': 1\}\)"):
+        read_problems(path)
 
 
 def test_guess_lang():

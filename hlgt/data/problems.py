@@ -86,7 +86,10 @@ def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
         problem = _to_problem(record, lang, source, result.skipped)
         if problem is not None:
             result.problems.append(problem)
-    if lang is not None and result.problems:
+    if not result.problems:
+        skipped = f" (skipped: {dict(result.skipped)})" if result.skipped else ""
+        raise DataFileError(f"{path} holds no readable problem{skipped}")
+    if lang is not None:
         _check_language(path, result.problems, lang)
     if lang is None and result.problems:
         # One language per file: a Math23K problem that is pure arithmetic ("23 * 42 = ．") is
