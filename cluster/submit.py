@@ -88,6 +88,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run
+    from hlgt.cli import run_command
 
-    sys.exit(run(main, "cluster/submit.py"))
+    sys.exit(run_command(main, "cluster/submit.py"))

@@ -24,7 +24,7 @@ def message(error: BaseException) -> str:
     return f"{text}" if text else type(error).__name__
 
 
-def run(main: Callable[[list[str]], int], prog: str, argv: Sequence[str] | None = None) -> int:
+def run_command(main: Callable[[list[str]], int], prog: str, argv: Sequence[str] | None = None) -> int:
     """``main(argv)`` with ``--debug`` removed; a user error becomes one line and status 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debugging(argv)

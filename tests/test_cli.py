@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hlgt.cli import run
+from hlgt.cli import run_command
 
 
 def command(*args, debug=False):
@@ -41,14 +41,14 @@ def test_run_keeps_bugs_loud_and_strips_debug(capsys, monkeypatch):
         seen.append(argv)
         raise FileNotFoundError("manifest.json is missing in shards/x")
 
-    assert run(main, "prog", ["--a", "1"]) == 2
+    assert run_command(main, "prog", ["--a", "1"]) == 2
     assert capsys.readouterr().err.startswith("prog: error: manifest.json is missing in shards/x")
     with pytest.raises(FileNotFoundError):
-        run(main, "prog", ["--debug"])
+        run_command(main, "prog", ["--debug"])
     assert seen[-1] == []
 
     def buggy(argv):
         raise TypeError("a bug")
 
     with pytest.raises(TypeError):
-        run(buggy, "prog", [])
+        run_command(buggy, "prog", [])

@@ -175,6 +175,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run
+    from hlgt.cli import run_command
 
-    sys.exit(run(main, "tune/sweep.py"))
+    sys.exit(run_command(main, "tune/sweep.py"))

@@ -271,6 +271,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run
+    from hlgt.cli import run_command
 
-    sys.exit(run(main, "python -m hlgt.train.evaluate"))
+    sys.exit(run_command(main, "python -m hlgt.train.evaluate"))
