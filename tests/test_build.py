@@ -203,3 +203,21 @@ def test_ape210k_valid_builds_with_every_problem_accounted(tmp_path):
     assert s["records"] == 5000
     assert s["kept"] + sum(s["dropped"].values()) == s["records"]
     assert s["graph"]["avg_nodes"] > 0
+
+
+def test_two_commands_building_the_same_folder_at_once_both_succeed(tmp_path):
+    """The second waits for the first's lock, then reuses its shards instead of writing into them."""
+    import subprocess
+    import sys
+
+    from hlgt.data.shards import load_manifest, load_rows
+
+    cmd = [sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray",
+           "--shards-dir", str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    (folder,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    manifest = load_manifest(folder)
+    assert len(load_rows(folder, "train")) == manifest["splits"]["train"]["kept"] > 0
+    assert sum("annotated" in out for out in outs) == 1  # built once

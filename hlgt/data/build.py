@@ -30,6 +30,8 @@ Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, n
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -416,56 +418,74 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
     prepared = prepare(cfg, splits)
     for note in prepared.notes:
         print(f"[build] note: {note}", flush=True)
-    manifest, todo = _splits_to_build(out, prepared, splits, force)
-    if not todo:
-        return out
-    manifest = manifest or _new_manifest(cfg, prepared)
-    out.mkdir(parents=True, exist_ok=True)
+    with exclusive(out):  # a second command building the same folder waits, then reuses it
+        manifest, todo = _splits_to_build(out, prepared, splits, force)
+        if not todo:
+            return out
+        manifest = manifest or _new_manifest(cfg, prepared)
+        out.mkdir(parents=True, exist_ok=True)
 
-    # One pipeline for all splits to build: actors start, and load their model, once.
-    use_ray = actors > 0 or address is not None
-    tables = [input_table(prepared.examples[s], start) for s, start in zip(todo, _starts(prepared, todo))]
-    table = pa.concat_tables(tables)
-    print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
-          f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
-    started_ray = _start_ray(address, actors) if use_ray else False
-    try:
-        if table.num_rows == 0:
-            results = iter(())
-        elif use_ray:
-            results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, max(actors, 1), batch_size)
-        else:
-            results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, cfg.data.dataset)
-        start, done = time.perf_counter(), 0
-        for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
-            partial = out / f"{split}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
-            result = consume(part, split_table.num_rows, partial, first=done)
-            shutil.rmtree(out / split, ignore_errors=True)
-            partial.rename(out / split)
-            manifest["splits"][split] = _split_entry(prepared.counts[split], result)
-            seconds, done = time.perf_counter() - start, done + split_table.num_rows
-            manifest["build"] = {
-                "seconds": round(time.perf_counter() - t0, 2),  # reading, cleaning, annotation, writing
-                "annotation_seconds": round(seconds, 2),  # includes actor start and model load
-                "problems_per_s": round(done / max(seconds, 1e-9), 2),
-                "actors": max(actors, 1) if use_ray else 0,
-                "address": address,
-                "splits_built": todo,
-            }
-            _write_manifest(out, manifest)
-            s = manifest["splits"][split]
-            print(f"[build] {cfg.data.dataset} {split}: {s['kept']} rows in {len(s['shards'])} shard(s), "
-                  f"dropped {s['dropped'] or 0}", flush=True)
-        print(f"[build] annotated {table.num_rows} problems in {manifest['build']['annotation_seconds']} s "
-              f"({manifest['build']['problems_per_s']} problems/s)", flush=True)
-    finally:
-        if started_ray:
-            import ray
+        # One pipeline for all splits to build: actors start, and load their model, once.
+        use_ray = actors > 0 or address is not None
+        tables = [input_table(prepared.examples[s], start) for s, start in zip(todo, _starts(prepared, todo))]
+        table = pa.concat_tables(tables)
+        print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
+              f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
+        started_ray = _start_ray(address, actors) if use_ray else False
+        try:
+            if table.num_rows == 0:
+                results = iter(())
+            elif use_ray:
+                results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, max(actors, 1), batch_size)
+            else:
+                results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, cfg.data.dataset)
+            start, done = time.perf_counter(), 0
+            for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
+                partial = out / f"{split}.partial"
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir()
+                result = consume(part, split_table.num_rows, partial, first=done)
+                shutil.rmtree(out / split, ignore_errors=True)
+                partial.rename(out / split)
+                manifest["splits"][split] = _split_entry(prepared.counts[split], result)
+                seconds, done = time.perf_counter() - start, done + split_table.num_rows
+                manifest["build"] = {
+                    "seconds": round(time.perf_counter() - t0, 2),  # reading, cleaning, annotation, writing
+                    "annotation_seconds": round(seconds, 2),  # includes actor start and model load
+                    "problems_per_s": round(done / max(seconds, 1e-9), 2),
+                    "actors": max(actors, 1) if use_ray else 0,
+                    "address": address,
+                    "splits_built": todo,
+                }
+                _write_manifest(out, manifest)
+                s = manifest["splits"][split]
+                print(f"[build] {cfg.data.dataset} {split}: {s['kept']} rows in {len(s['shards'])} shard(s), "
+                      f"dropped {s['dropped'] or 0}", flush=True)
+            print(f"[build] annotated {table.num_rows} problems in {manifest['build']['annotation_seconds']} s "
+                  f"({manifest['build']['problems_per_s']} problems/s)", flush=True)
+        finally:
+            if started_ray:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
     return out
+
+
+@contextlib.contextmanager
+def exclusive(out: Path) -> Iterator[None]:
+    """Hold the lock of shard folder ``out`` (a lock file beside it): two commands building the
+    same folder at once would otherwise write into each other's partial splits."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[build] waiting for another command building {out}", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _starts(prepared: Prepared, splits: list[str]) -> list[int]:
