@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         from hlgt.train import loop
 
         run_dir = str(Path(cfg.train.out_dir) / name)
-        resume = None if args.fresh else loop.LocalReporter(run_dir).latest()
+        resume = None if args.fresh or not Path(run_dir).is_dir() else loop.LocalReporter(run_dir).latest()
         device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
         if cfg.train.use_gpu and device.type != "cuda":
             print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)
