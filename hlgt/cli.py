@@ -20,8 +20,8 @@ def debugging(argv: Sequence[str]) -> bool:
 
 
 def message(error: BaseException) -> str:
-    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return f"{text}" if text else type(error).__name__
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    return text or type(error).__name__
 
 
 def run_command(main: Callable[[list[str]], int], prog: str, argv: Sequence[str] | None = None) -> int:
