@@ -58,7 +58,7 @@ from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERS
                               graph_to_row)
 from hlgt.data.shards import MANIFEST
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
-from hlgt.data.vocab import NUM, Vocab
+from hlgt.data.vocab import Vocab, words_read
 
 ROWS_PER_SHARD = 4096
 BATCH_SIZE = 64  # problems per map_batches call (and per Ray block)
@@ -328,7 +328,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         read = read_split(d.dataset, "train", d.data_dir, d.fold, d.mawps_folds)
         train = clean_split(read.problems, train=True, min_const_freq=d.min_const_freq)
         constants = train.constants
-        vocab = Vocab.build(_word_tokens(train.examples), constants, d.min_word_freq)
+        vocab = Vocab.build(map(words_read, train.examples), constants, d.min_word_freq)
         counts["train"] = _counts(read, train)
         examples["train"] = train.examples
     else:
@@ -341,12 +341,6 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         examples[split] = cleaned.examples
     examples = {s: examples[s] for s in splits}
     return Prepared(key, key_parts, vocab, constants, examples, counts, notes)
-
-
-def _word_tokens(examples: list[Example]) -> Iterator[list[str]]:
-    for ex in examples:
-        slots = {q.position for q in ex.quantities}
-        yield [NUM if i in slots else t for i, t in enumerate(ex.tokens)]
 
 
 def _counts(read, cleaned) -> dict:

@@ -20,6 +20,12 @@ from hlgt.expr import OPS
 PAD, UNK, NUM = "<pad>", "<unk>", "NUM"
 
 
+def words_read(example) -> list[str]:
+    """An example's tokens as the model reads them: NUM at every quantity's position."""
+    slots = {q.position for q in example.quantities}
+    return [NUM if i in slots else t for i, t in enumerate(example.tokens)]
+
+
 @dataclass
 class Vocab:
     words: list[str]
