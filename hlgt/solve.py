@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
 from hlgt.data.problems import guess_lang
@@ -42,6 +43,8 @@ NUMBER = re.compile(
     r"|\d+/\d+(?![\d./])"
     r"|\d+(?:\.\d+)?[%％]?"
 )
+# Checked before tokenising: 20 characters per token the model reads is more than any text needs.
+MAX_TEXT_CHARS = 20 * MAX_TOKENS
 _ENGLISH = re.compile(rf"{NUMBER.pattern}|[A-Za-z]+(?:'[A-Za-z]+)?|\S")
 
 # Chinese numerals the training files write in digits: a run of numeral characters before a
@@ -120,12 +123,17 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
 
     if not text or not text.strip():
         raise ValueError("empty problem text")
-    solver, flat = load_model(model_dir)
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"the problem text has {len(text)} characters; at most {MAX_TEXT_CHARS} are read")
     lang = lang or guess_lang(text)
     tokens, quantities = extract_quantities(tokenize(text, lang))
     if not quantities:
         raise ValueError("no quantities found in the text: write its numbers in digits (Chinese "
                          "numerals are read before a measure word, as in 三个, and 一半)")
+    over = over_limits(tokens, quantities)
+    if over is not None:
+        raise ValueError(over[1])
+    solver, flat = load_model(model_dir)
     name = annotator or flat["data.annotator"]
     annotation = make_annotator(name, flat["data.annotator_model"] if name == flat["data.annotator"] else "").annotate(tokens, lang)
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from hlgt.data.clean import clean_split, learn_constants
+from hlgt.data.clean import clean_split, learn_constants, over_limits
 from hlgt.data.numbers import to_example
 from hlgt.data.problems import Problem
 from hlgt.data.splits import (
@@ -52,20 +52,25 @@ def test_train_drops_are_counted_by_reason():
 def test_valid_and_test_keep_every_readable_answer():
     train = clean_split(_common(6), train=True, min_const_freq=5)
     test = clean_split(BAD, train=False, constants=train.constants)
-    assert test.dropped == Counter(unreadable_answer=1)
-    assert [ex.id for ex in test.examples] == ["b1", "b2", "b4", "b5"]
+    assert test.dropped == Counter(unreadable_answer=1, too_long=1)
+    assert [ex.id for ex in test.examples] == ["b1", "b2", "b4"]
     assert test.unrepresentable == Counter(unparseable_equation=1, value_mismatch=1, rare_constant=1)
     flags = {ex.id: ex.flag for ex in test.examples}
-    assert flags == {"b1": "unparseable_equation", "b2": "value_mismatch", "b4": "rare_constant", "b5": None}
+    assert flags == {"b1": "unparseable_equation", "b2": "value_mismatch", "b4": "rare_constant"}
     assert all((ex.prefix is None) == (ex.flag is not None) for ex in test.examples)
     assert {ex.id: ex.answer for ex in test.examples}["b4"] == 78.5  # scored by value
 
 
-def test_ten_thousand_character_text_is_a_counted_skip_in_training():
+def test_problems_over_the_limits_are_counted_skips_in_every_split():
     long_text = " ".join(["apple"] * 1666) + " 3"  # ~10,000 characters
     problem = Problem(id="L", lang="en", tokens=tuple(long_text.split()), equation="x=3", answer="3", source="t")
-    assert clean_split([problem], train=True).dropped == Counter(too_long=1)
-    assert clean_split([problem], train=False, constants=[]).examples[0].prefix == ["N0"]
+    many = Problem(id="Q", lang="en", tokens=tuple(" ".join(f"{i} apples ," for i in range(1, 32)).split()),
+                   equation="x=1+2", answer="3", source="t")  # 31 quantities, 93 tokens
+    for train in (True, False):
+        result = clean_split([problem, many], train=train, constants=None if train else [])
+        assert result.dropped == Counter(too_long=1, too_many_quantities=1) and result.examples == []
+    assert over_limits(many.tokens, range(31)) == ("too_many_quantities", "the problem has 31 quantities; the model reads at most 30")
+    assert over_limits(many.tokens, range(30)) is None
 
 
 def test_constants_learned_by_frequency_then_value():

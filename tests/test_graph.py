@@ -291,3 +291,40 @@ def test_build_speed():
         build_graph(ex, ann)
     rate = n / (time.perf_counter() - start)
     assert rate > 200, f"{rate:.0f} problems/s"                  # target is > 1,000/s; lenient on a shared CPU
+
+
+def test_the_largest_problem_within_the_limits_has_a_bounded_graph():
+    # MAX_QUANTITIES quantities (every pair linked) and MAX_TOKENS tokens: the worst case of the
+    # number-pair edges, under the line-graph limit, built in well under a second.
+    import time
+    import tracemalloc
+
+    from hlgt.data.clean import MAX_QUANTITIES, MAX_TOKENS
+    from hlgt.data.graph import MAX_LINE_EDGES
+    from hlgt.data.numbers import extract_quantities
+    from hlgt.data.srl import make_annotator
+
+    words = " ".join(f"{i + 1} apples and" for i in range(MAX_QUANTITIES)).split()
+    tokens, quantities = extract_quantities(words + ["pear"] * (MAX_TOKENS - len(words)))
+    assert len(tokens) == MAX_TOKENS and len(quantities) == MAX_QUANTITIES
+    example = Example(id="big", lang="en", source="t", tokens=tokens, quantities=quantities, prefix=None, answer=0.0)
+    annotation = make_annotator("offline").annotate(tokens, "en")
+    started = time.perf_counter()
+    graph = build_graph(example, annotation)
+    seconds = time.perf_counter() - started
+    tracemalloc.start()
+    build_graph(example, annotation)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert MAX_QUANTITIES * (MAX_QUANTITIES - 1) <= graph.num_line_edges <= MAX_LINE_EDGES
+    assert seconds < 2 and peak < 100e6
+
+
+def test_a_line_graph_over_the_limit_is_refused_before_it_is_built():
+    # A star: 600 edges into and 600 out of one node pair up into 360,000 line edges.
+    from hlgt.data.graph import MAX_LINE_EDGES
+
+    src = np.concatenate([np.arange(1, 601), np.zeros(600, dtype=np.int64)])
+    dst = np.concatenate([np.zeros(600, dtype=np.int64), np.arange(601, 1201)])
+    with pytest.raises(GraphError, match=f"360000 edges; the limit is {MAX_LINE_EDGES}"):
+        line_graph(src, dst)

@@ -33,6 +33,25 @@ def test_a_text_without_quantities_is_refused(model_dir, text):
         solve_text(model_dir, text)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("A farmer counts " + " ".join(str(i) for i in range(1, 301)) + " apples. How many?", "300 quantities"),
+    ("Tom has 3 apples " + "and a pear " * 200 + ". How many?", "tokens; the model reads at most 512"),
+    ("小明有3个苹果" + "很好" * 6000, "characters"),
+])
+def test_a_text_over_the_limits_is_refused_quickly(model_dir, text, message):
+    # 300 quantities once took 6.8 GB and a crash: the graph grows with their cube.
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        solve_text(model_dir, text)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.perf_counter() - started < 30 and peak < 200e6
+
+
 def test_english_splits_punctuation():
     assert tokenize("He sells 3/4 of 1,200 apples, i.e. 75%.", "en") == \
         ["He", "sells", "3/4", "of", "1,200", "apples", ",", "i", ".", "e", ".", "75%", "."]

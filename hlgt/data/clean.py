@@ -1,10 +1,20 @@
 """Cleaning: which problems a split keeps, and why each other one is dropped (every drop counted).
 
-Training split (``train=True``): a problem is dropped, counted under the first reason that applies:
+Every split, at the door: a problem over the limits of what the model reads is dropped, counted:
 
   ``empty_text``            no token after number extraction
-  ``too_long``              more than ``max_tokens`` tokens (default 512; a 10,000-character
-                            text is a counted skip, never a crash or a memory blow-up later)
+  ``too_long``              more than ``max_tokens`` tokens (``MAX_TOKENS``, 512)
+  ``too_many_quantities``   more than ``max_quantities`` quantities (``MAX_QUANTITIES``, 30): every
+                            pair of quantities is linked (BAE/LES/DT), and the line graph pairs
+                            those edges again, so a graph grows with the cube of the quantities
+
+  The longest Math23K problem has 115 tokens and 15 quantities. With both limits (and the line
+  graph's own, ``graph.MAX_LINE_EDGES``) no problem can take more than a bounded amount of
+  memory and time, in training, evaluation or ``solve``.
+
+Training split (``train=True``): a problem is also dropped, counted under the first reason that
+applies:
+
   ``unreadable_answer``     the answer is not a number, fraction, percentage or expression
   ``unparseable_equation``  the equation does not parse, cannot be evaluated (division by zero),
                             or is not solved for x (MAWPS ``X-9=4``)
@@ -17,10 +27,9 @@ Training split (``train=True``): a problem is dropped, counted under the first r
   equations (GTS's rule; default 5, ``DataConfig.min_const_freq``). Constants are ordered by
   frequency, then by value, so the decoder vocabulary is deterministic.
 
-Valid/test split (``train=False``): only ``unreadable_answer`` (and ``empty_text``) drops a problem:
+Valid/test split (``train=False``): besides the limits, only ``unreadable_answer`` drops a problem:
 every other problem is kept and scored. One whose gold equation cannot be represented keeps
-``prefix=None`` and ``Example.flag`` names why (``too_long`` is not a reason here: the model reads
-long problems at test time); ``CleanResult.unrepresentable`` counts them. The scorer compares
+``prefix=None`` and ``Example.flag`` names why; ``CleanResult.unrepresentable`` counts them. The scorer compares
 VALUES with the answer, so such a problem simply counts as wrong when the model misses it.
 """
 from __future__ import annotations
@@ -36,12 +45,15 @@ from hlgt.data.problems import Problem
 from hlgt.expr import parse_number
 
 MAX_TOKENS = 512
+MAX_QUANTITIES = 30
 TOO_LONG = "too_long"
+TOO_MANY_QUANTITIES = "too_many_quantities"
 RARE_CONSTANT = "rare_constant"
 # Every reason a split can count, in the order the report prints them.
 DROP_REASONS = (
     "empty_text",
     TOO_LONG,
+    TOO_MANY_QUANTITIES,
     "unreadable_answer",
     "unparseable_equation",
     "value_mismatch",
@@ -56,6 +68,17 @@ class CleanResult:
     constants: list[str] = field(default_factory=list)  # the constant set in use (learned on train)
     unrepresentable: collections.Counter = field(default_factory=collections.Counter)  # kept, prefix None, by flag
     read: int = 0  # problems given to clean_split
+
+
+def over_limits(tokens, quantities, max_tokens: int = MAX_TOKENS,
+                max_quantities: int = MAX_QUANTITIES) -> tuple[str, str] | None:
+    """The limit a problem's tokens and quantities exceed, as (reason, message for the user), or None."""
+    if len(tokens) > max_tokens:
+        return TOO_LONG, f"the problem has {len(tokens)} tokens; the model reads at most {max_tokens}"
+    if len(quantities) > max_quantities:
+        return TOO_MANY_QUANTITIES, (f"the problem has {len(quantities)} quantities; the model reads "
+                                     f"at most {max_quantities}")
+    return None
 
 
 def constant_counts(examples: Iterable[Example]) -> collections.Counter:
@@ -80,6 +103,7 @@ def clean_split(
     constants: list[str] | None = None,
     min_const_freq: int = 5,
     max_tokens: int = MAX_TOKENS,
+    max_quantities: int = MAX_QUANTITIES,
 ) -> CleanResult:
     """Examples of one split, with every drop counted by reason (see the module docstring).
 
@@ -99,8 +123,9 @@ def clean_split(
         except ExampleError as e:
             result.dropped[e.reason] += 1
             continue
-        if train and len(ex.tokens) > max_tokens:
-            result.dropped[TOO_LONG] += 1
+        over = over_limits(ex.tokens, ex.quantities, max_tokens, max_quantities)
+        if over is not None:
+            result.dropped[over[0]] += 1
         elif train and ex.flag is not None:
             result.dropped[ex.flag] += 1
         else:

@@ -85,6 +85,11 @@ GRAPH_FIELDS = ("node_pos", "node_type", "edge_src", "edge_dst", "edge_type", "e
                 "line_src", "line_dst")
 
 
+# The most line edges one problem's graph may have (the longest Math23K problem has 7,156): a bound
+# on the memory and time any input can take, with clean.MAX_TOKENS and clean.MAX_QUANTITIES.
+MAX_LINE_EDGES = 100_000
+
+
 class GraphError(ValueError):
     """An Example/Annotation pair that cannot be turned into a graph (the message says why)."""
 
@@ -314,6 +319,8 @@ def line_graph(edge_src, edge_dst) -> tuple[np.ndarray, np.ndarray]:
     out_deg = np.bincount(src, minlength=num_nodes)                # [V]
     first_out = np.cumsum(out_deg) - out_deg                       # [V] start of node's group in by_src
     count = out_deg[dst]                                           # [E] successors of each edge
+    if int(count.sum()) > MAX_LINE_EDGES:  # checked before the pairs are materialised
+        raise GraphError(f"the line graph would have {int(count.sum())} edges; the limit is {MAX_LINE_EDGES}")
     line_src = np.repeat(np.arange(len(src)), count)               # [L0]
     offset = np.arange(len(line_src)) - np.repeat(np.cumsum(count) - count, count)   # [L0] rank in group
     line_dst = by_src[np.repeat(first_out[dst], count) + offset]   # [L0]
