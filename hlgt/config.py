@@ -47,6 +47,11 @@ def storage_root(explicit: str | None, local_default: str, under: str) -> str:
     return root if is_uri(root) else str(Path(root).resolve())
 
 
+# MAWPS is cross-validated over 5 folds, cut by one of two schemes (their files: hlgt.data.splits).
+MAWPS_N_FOLDS = 5
+MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree")
+
+
 @dataclass
 class DataConfig:
     dataset: str = "sample"  # sample | math23k | mawps | ape210k
@@ -135,8 +140,12 @@ class Config:
     def check(self) -> None:
         """``ValueError`` naming the key when a value cannot work, before any data or model is built
         (a head count that does not divide the hidden size would otherwise fail after the shards)."""
-        m, t = self.model, self.train
+        m, t, d = self.model, self.train, self.data
+        mawps = d.dataset == "mawps"
         rules = [
+            ("data.fold", not mawps or 0 <= d.fold < MAWPS_N_FOLDS, f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS"),
+            ("data.mawps_folds", not mawps or d.mawps_folds in MAWPS_FOLD_SCHEMES,
+             f"must be one of {', '.join(MAWPS_FOLD_SCHEMES)}"),
             ("model.hidden_size", m.hidden_size >= 1, "must be >= 1"),
             ("model.embedding_size", m.embedding_size >= 1, "must be >= 1"),
             ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,

@@ -161,6 +161,14 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
         command.main(["--ablation", "full,nope", "--storage", str(tmp_path)])
     with pytest.raises(SystemExit, match="unknown config keys"):
         command.main(["--set", "model.nope=1", "--storage", str(tmp_path)])
+    # Every point of the search space is checked before Ray starts or a shard is built.
+    with pytest.raises(SystemExit, match=r"sweep: trial full heads=3 .*model.heads=3 must be >= 1 and divide"):
+        command.main(["--heads", "3,4", "--grid", "--storage", str(tmp_path)])
+    with pytest.raises(SystemExit, match="expects int, got 'abc'"):
+        command.main(["--heads", "abc", "--storage", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"fold=7 seed=1: bad config: data.fold=7 must lie in 0..4"):
+        command.main(["--dataset", "mawps", "--folds", "0,7", "--storage", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # nothing was started or written
     with pytest.raises(SystemExit):  # no abbreviations: --abl is not --ablation
         command.build_parser().parse_args(["--abl", "gts"])
     assert "unrecognized arguments: --abl" in capsys.readouterr().err

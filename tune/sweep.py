@@ -39,7 +39,7 @@ from typing import Any
 
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import Plan, build_shards
+from hlgt.sweep.plan import Plan, build_shards, check_trials
 from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
@@ -160,6 +160,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     # Offline W&B runs live next to the results, or in the home folder when the results go to S3.
     plan.wandb_dir = plan.root if not is_uri(plan.root) else os.path.join("~", "hlgt-wandb", name)
     plan.replicate_kind = "folds" if len(folds) > 1 and len(seeds) == 1 else "seeds" if len(folds) == 1 else "runs"
+    check_trials(plan)
     return plan
 
 

@@ -33,7 +33,7 @@ import random
 import sys
 from pathlib import Path
 
-from hlgt.config import default_data_dir
+from hlgt.config import MAWPS_FOLD_SCHEMES, MAWPS_N_FOLDS, default_data_dir
 from hlgt.data.clean import MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import Problem, ReadResult, read_problems
 
@@ -59,7 +59,7 @@ SAMPLE_DIR = REPO_ROOT / "datasets" / "sample"
 MAWPS_FOLDS_FILE = REPO_ROOT / "datasets" / "splits" / "mawps_folds.json"
 MAWPS_FOLD_FILES = {"grouped": MAWPS_FOLDS_FILE,
                     "graph2tree": REPO_ROOT / "datasets" / "splits" / "mawps_folds_graph2tree.json"}
-MAWPS_N_FOLDS = 5
+assert tuple(MAWPS_FOLD_FILES) == MAWPS_FOLD_SCHEMES
 MAWPS_SEED = 1
 MAWPS_VALID_FRACTION = 0.1
 

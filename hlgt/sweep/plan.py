@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hlgt.config import ABLATIONS, Config, is_uri
+from hlgt.sweep.space import describe
 
 
 @dataclass
@@ -71,6 +72,19 @@ class Plan:
                 seen.append(params)
                 keep.append(i)
         return keep
+
+
+def check_trials(plan: Plan) -> None:
+    """Every trial's configuration, checked before Ray starts or a shard is built: ``ValueError``
+    naming the trial (arm, sampled values, fold and seed) and the bad key."""
+    for arm in plan.arms:
+        for sample, params in enumerate(plan.samples):
+            for replicate, rep in enumerate(plan.replicates):
+                try:
+                    Config.from_flat(plan.trial_flat(arm, sample, replicate))  # from_flat checks
+                except ValueError as e:
+                    raise ValueError(f"trial {arm} {describe(params)} fold={rep['data.fold']} "
+                                     f"seed={rep['train.seed']}: {e}") from None
 
 
 def build_shards(plan: Plan, address: str | None = None) -> dict[int, str]:
