@@ -5,9 +5,11 @@
 
 The address defaults to $RAY_ADDRESS, else the dashboard that `ray dashboard ray_cluster.yaml`
 forwards to this machine. The working tree is uploaded as the job's working directory, so the job
-runs the code you have here; the variables the project reads (W&B's, HLGT_STORAGE, HLGT_DATA_DIR)
-travel with the job when they are set in your shell. Their values are never printed: a W&B key
-stays out of logs and configs.
+runs the code you have here; the variables the project reads (W&B's mode, project and entity,
+HLGT_STORAGE, HLGT_DATA_DIR) travel with the job when they are set in your shell. Secrets never do:
+`ray job list` prints a job's environment in plain text. The W&B API key reaches the nodes as a
+file readable by you only (`python cluster/put_wandb_key.py`, then ray_cluster.yaml syncs it to every
+worker); `hlgt.train.tracking` reads it there.
 """
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSED_VARIABLES = (
-    "WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_BASE_URL",
+    "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_BASE_URL",
     "HLGT_STORAGE", "HLGT_DATA_DIR", "RAY_AUTH_MODE",
-)
+)  # no secrets: `ray job list` prints a job's environment
+
 UPLOAD_EXCLUDES = [".git", ".venv", "**/__pycache__", "datasets/processed", "runs", "wandb", "*.egg-info"]
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
@@ -43,6 +46,9 @@ def submit(address: str, command: list[str], upload: bool = True, job_id: str | 
     job_id = client.submit_job(entrypoint=shlex.join(command), runtime_env=env, submission_id=job_id)
     passed = ", ".join(sorted(env["env_vars"])) or "none"
     print(f"submitted {job_id} to {address}: {shlex.join(command)} (variables passed: {passed})", flush=True)
+    if os.environ.get("WANDB_API_KEY"):
+        print("WANDB_API_KEY is not sent with the job (`ray job list` would show it): the nodes read "
+              "~/.hlgt/wandb_api_key, which `python cluster/put_wandb_key.py` puts on the cluster", flush=True)
     return client, job_id
 
 

@@ -26,8 +26,12 @@ def test_cluster_yaml_opens_nothing_to_the_world():
     head = " ".join(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head
     assert "0.0.0.0" not in yaml.safe_dump(config)
-    # Secrets never live in the cluster file: they travel with each job.
-    assert "WANDB_API_KEY" not in (ROOT / "ray_cluster.yaml").read_text().split("# Secrets")[0]
+    # Ray's launcher opens SSH to the world; the first head setup command closes it again.
+    assert any("cluster/restrict_ssh.py" in c for c in config["head_setup_commands"])
+    for path in CLUSTER_FILES:
+        text = yaml.safe_load(path.read_text())
+        assert "WANDB_API_KEY" not in yaml.safe_dump(text)  # no secret, nor a slot for one
+        assert text["cluster_synced_files"] == ["~/.hlgt/wandb_api_key"]
 
 
 def test_cluster_yaml_rejects_unknown_keys():
@@ -39,18 +43,77 @@ def test_cluster_yaml_rejects_unknown_keys():
         validate_config(prepare_config(config))
 
 
-def test_runtime_env_passes_variables_without_printing_them(monkeypatch, capsys):
+def _cluster_module(name):
     sys.path.insert(0, str(ROOT / "cluster"))
     try:
-        import submit
+        return __import__(name)
     finally:
         sys.path.pop(0)
+
+
+def test_runtime_env_never_carries_the_api_key(monkeypatch):
+    submit = _cluster_module("submit")
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-value")
+    monkeypatch.setenv("WANDB_PROJECT", "hlgt-test")
     monkeypatch.setenv("HLGT_STORAGE", "s3://bucket/hlgt")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     env = submit.runtime_env(upload=True)
-    assert env["env_vars"]["WANDB_API_KEY"] == "secret-key-value"
-    assert env["env_vars"]["HLGT_STORAGE"] == "s3://bucket/hlgt"
+    assert "secret-key-value" not in repr(env)
+    assert env["env_vars"] == {"WANDB_PROJECT": "hlgt-test", "HLGT_STORAGE": "s3://bucket/hlgt"}
     assert env["working_dir"] == str(ROOT)
+
+
+def test_the_key_folder_is_private_from_its_first_byte(tmp_path, monkeypatch, capsys):
+    put = _cluster_module("put_wandb_key")
+    folder = put.write_key_folder(" secret-key-value\n", tmp_path)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert (folder / "wandb_api_key").stat().st_mode & 0o777 == 0o600
+    assert (folder / "wandb_api_key").read_text() == "secret-key-value\n"
+    command = put.upload_command(ROOT / "ray_cluster.yaml", folder)
+    assert command[:3] == ["ray", "rsync-up", str(ROOT / "ray_cluster.yaml")] and command[-1] == "~/.hlgt/"
+    monkeypatch.setenv("WANDB_API_KEY", "secret-key-value")
+    assert put.main(["--dry-run"]) == 0
+    assert "secret-key-value" not in capsys.readouterr().out
+
+
+def test_tracking_reads_the_key_file_only_when_private(tmp_path, monkeypatch):
+    from hlgt.train import tracking
+
+    key = tmp_path / "wandb_api_key"
+    key.write_text("secret-key-value\n")
+    monkeypatch.setenv("WANDB_API_KEY", "")  # unset for the test, restored (or removed) afterwards
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HLGT_WANDB_KEY_FILE", str(key))
+    key.chmod(0o644)
+    with pytest.raises(PermissionError, match="readable by others: chmod 600"):
+        tracking.resolve_mode(True)
+    key.chmod(0o600)
+    assert tracking.resolve_mode(True) == "online" and os.environ["WANDB_API_KEY"] == "secret-key-value"
+    os.environ["WANDB_API_KEY"] = ""
+    monkeypatch.setenv("HLGT_WANDB_KEY_FILE", str(tmp_path / "none"))
+    assert tracking.resolve_mode(True) == "offline"
+
+
+def test_ssh_is_closed_to_the_world_and_opened_to_one_range():
+    ssh = _cluster_module("restrict_ssh")
+    assert ssh.default_cidr({"SSH_CLIENT": "198.51.100.7 52311 22"}) == "198.51.100.7/32"
+    assert ssh.default_cidr({"HLGT_SSH_CIDR": "203.0.113.9/24", "SSH_CLIENT": "198.51.100.7 1 22"}) == "203.0.113.0/24"
+    for bad, message in (("0.0.0.0/0", "whole internet"), ("nope", "not an address range")):
+        with pytest.raises(ValueError, match=message):
+            ssh.default_cidr({"HLGT_SSH_CIDR": bad})
+    with pytest.raises(ValueError, match="set HLGT_SSH_CIDR"):
+        ssh.default_cidr({})
+    # What Ray's launcher writes: all traffic within the group, SSH from anywhere.
+    ray_rules = [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": "sg-1"}], "IpRanges": [], "Ipv6Ranges": []},
+                 {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}],
+                  "Ipv6Ranges": [{"CidrIpv6": "::/0"}]},
+                 {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
+    revoke, authorize = ssh.changes(ray_rules, "198.51.100.7/32")
+    assert revoke == [{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}],
+                       "Ipv6Ranges": [{"CidrIpv6": "::/0"}]}]
+    assert authorize[0]["IpRanges"][0]["CidrIp"] == "198.51.100.7/32" and authorize[0]["FromPort"] == 22
+    done = [ray_rules[0], {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "198.51.100.7/32"}]}]
+    assert ssh.changes(done, "198.51.100.7/32") == ([], [])  # a second `ray up` changes nothing
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +144,14 @@ def _submit(address, env, *command, timeout=60):
 @pytest.mark.ray
 def test_submit_runs_a_job_and_reports_its_failure(local_ray_with_jobs):
     address, env = local_ray_with_jobs
-    ok = _submit(address, env, "python", "-c", "import os, hlgt.config; print('key set:', bool(os.environ['WANDB_API_KEY']))")
+    ok = _submit(address, env, "python", "-c", "import os, hlgt.config; print('key sent:', 'WANDB_API_KEY' in os.environ)")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "key set: True" in ok.stdout and "SUCCEEDED" in ok.stdout
+    assert "key sent: False" in ok.stdout and "SUCCEEDED" in ok.stdout
     assert "secret-key-value" not in ok.stdout + ok.stderr
+    # No listing shows it: `ray job list` and the job's details.
+    listing = subprocess.run(["ray", "job", "list", "--address", address], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert listing.returncode == 0 and "secret-key-value" not in listing.stdout + listing.stderr
     bad = _submit(address, env, "python", "-c", "raise SystemExit(3)")
     assert bad.returncode == 1 and "FAILED" in bad.stdout
 

@@ -4,10 +4,16 @@ One W&B run per training run (one per Tune trial), grouped by sweep and named by
 the flat config, per-epoch metrics, the per-problem predictions of the best model, and (for the
 sweep's own summary run) the final results table.
 
-Mode: ``WANDB_MODE`` when the user set it; else ``online`` when ``WANDB_API_KEY`` is set; else
+Mode: ``WANDB_MODE`` when the user set it; else ``online`` when an API key is found; else
 ``offline``, written under a local folder (``<dir>/wandb/offline-run-*``) that ``wandb sync``
-uploads later. ``train.wandb=false`` (``--no-wandb``) turns it off. The API key is read by W&B
-itself from the environment: this module never copies it into a config, a log line or a file.
+uploads later. ``train.wandb=false`` (``--no-wandb``) turns it off.
+
+The API key: ``WANDB_API_KEY`` in the process's environment, else the key file
+``~/.hlgt/wandb_api_key`` (``$HLGT_WANDB_KEY_FILE`` names another), which must be readable by its
+owner only. On a cluster the key file is how the key reaches the nodes (``cluster/put_wandb_key.py``
+puts it on the head, ``ray_cluster.yaml`` syncs it to the workers): a key passed in a Ray job's
+environment would show in ``ray job list``. The key is read into this process's environment for
+W&B; this module never copies it into a config, a log line or a file.
 
 The model never imports this module; only the training loop and the sweep do.
 """
@@ -20,16 +26,40 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 
+KEY_FILE = "~/.hlgt/wandb_api_key"
+
+
+def key_file() -> Path:
+    return Path(os.environ.get("HLGT_WANDB_KEY_FILE") or KEY_FILE).expanduser()
+
+
+def load_api_key() -> bool:
+    """Whether an API key is in this process's environment, after reading the key file into it
+    when ``WANDB_API_KEY`` is unset. A key file others can read is an error, not a silent use."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    path = key_file()
+    if not path.is_file():
+        return False
+    if path.stat().st_mode & 0o077:
+        raise PermissionError(f"{path} holds a W&B API key and is readable by others: chmod 600 {path}")
+    key = path.read_text(encoding="utf-8").strip()
+    if key:
+        os.environ["WANDB_API_KEY"] = key
+    return bool(key)
+
+
 def resolve_mode(enabled: bool) -> str:
     """``disabled`` | ``online`` | ``offline`` (see the module docstring)."""
     if not enabled:
         return "disabled"
+    has_key = load_api_key()
     explicit = os.environ.get("WANDB_MODE", "").strip().lower()
     if explicit:
         if explicit not in ("online", "offline", "disabled", "dryrun", "run"):
             raise ValueError(f"WANDB_MODE={explicit!r} is not one of online, offline, disabled")
         return {"dryrun": "offline", "run": "online"}.get(explicit, explicit)
-    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    return "online" if has_key else "offline"
 
 
 def prepare_environment(enabled: bool) -> str:
@@ -109,6 +139,8 @@ def start(config: Mapping[str, Any], *, enabled: bool, project: str, name: str, 
     mode = mode or resolve_mode(enabled)
     if rank != 0 or not enabled or mode == "disabled":
         return Tracker()
+    if mode == "online":
+        load_api_key()  # this node's key file: a worker's node is not the driver's
     import wandb
 
     directory = Path(directory).expanduser().resolve()
