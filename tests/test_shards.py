@@ -37,7 +37,14 @@ def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, mon
     broken = tmp_path / "broken"
     shutil.copytree(sample_shards, broken)
     next((broken / "test").glob("*.parquet")).unlink()
-    with pytest.raises(FileNotFoundError, match="lacks shard"):
+    with pytest.raises(ValueError, match=r"broken is damaged: test/part-00000.parquet is missing: rebuild"):
+        use_shards(SAMPLE, broken)
+    # A truncated file: named, before Ray Data reads it (its own error names no file).
+    shutil.rmtree(broken)
+    shutil.copytree(sample_shards, broken)
+    part = next((broken / "train").glob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:2000])
+    with pytest.raises(ValueError, match=rf"train/{part.name} is not a readable Parquet file"):
         use_shards(SAMPLE, broken)
     with pytest.raises(FileNotFoundError, match="manifest"):
         use_shards(SAMPLE, tmp_path)
@@ -60,3 +67,13 @@ def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme(sample_shards, tmp_
     assert use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake) == fake
     with pytest.raises(ValueError, match="mawps_folds"):
         use_shards(mawps, fake)
+
+
+def test_a_damaged_split_is_rebuilt_when_the_folder_is_reused(sample_shards, tmp_path, capsys):
+    folder = tmp_path / "shards"
+    shutil.copytree(sample_shards, folder)
+    part = next((folder / "valid").glob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:2000])
+    build(SAMPLE, out=folder, actors=0)
+    assert "building missing or damaged split(s) valid; valid/" in capsys.readouterr().out
+    assert use_shards(SAMPLE, folder) == folder

@@ -56,7 +56,7 @@ from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
 from hlgt.data.numbers import Example
 from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERSION, example_from_row, example_to_row,
                               graph_to_row)
-from hlgt.data.shards import MANIFEST
+from hlgt.data.shards import MANIFEST, split_faults
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
 from hlgt.data.vocab import Vocab, words_read
 
@@ -385,12 +385,13 @@ def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bo
     splits still to build (none when every split is there under the same key)."""
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
     if manifest is not None and manifest.get("key") == prepared.key and not force:
-        todo = [s for s in splits if s not in manifest["splits"]
-                or not all((out / s / n).is_file() for n in manifest["splits"][s]["shards"])]
+        faults = {s: split_faults(out, manifest, s) for s in splits if s in manifest["splits"]}
+        todo = [s for s in splits if s not in manifest["splits"] or faults[s]]
         if not todo:
             print(f"[build] reusing {out} (key {prepared.key}, splits {', '.join(splits)})", flush=True)
         else:
-            print(f"[build] {out}: same key, building missing split(s) {', '.join(todo)}", flush=True)
+            damage = "".join(f"; {f}" for fs in faults.values() for f in fs[:1])
+            print(f"[build] {out}: same key, building missing or damaged split(s) {', '.join(todo)}{damage}", flush=True)
         return manifest, todo
     why = "--force" if force and manifest is not None else _stale_reason(manifest, prepared)
     print(f"[build] building {out} ({why})", flush=True)

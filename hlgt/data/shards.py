@@ -46,6 +46,25 @@ def load_rows(shards_dir: str | Path, split: str) -> list[dict]:
     return rows
 
 
+def split_faults(shards_dir: str | Path, manifest: dict, split: str) -> list[str]:
+    """What is wrong with one built split's files, read from their Parquet footers only: a listed
+    file missing, not readable as Parquet (truncated, corrupt), or rows other than the manifest's."""
+    faults, rows = [], 0
+    for name in manifest["splits"][split]["shards"]:
+        path = Path(shards_dir) / split / name
+        if not path.is_file():
+            faults.append(f"{split}/{name} is missing")
+            continue
+        try:
+            rows += pq.read_metadata(path).num_rows
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            faults.append(f"{split}/{name} is not a readable Parquet file ({e})")
+    kept = manifest["splits"][split].get("kept")
+    if not faults and kept is not None and rows != kept:
+        faults.append(f"{split} has {rows} rows in its files, its manifest says {kept}")
+    return faults
+
+
 def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
     """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
 
@@ -67,9 +86,10 @@ def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
     if manifest["annotator"]["option"] != d.annotator:
         raise ValueError(f"{out} was annotated by {manifest['annotator']['option']!r}, this run asks for "
                          f"data.annotator={d.annotator!r}")
-    missing = [f"{s}/{n}" for s, meta in manifest["splits"].items() for n in meta["shards"] if not (out / s / n).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{out} lacks shard file(s) {missing[:5]} listed in its manifest")
+    faults = [f for split in manifest["splits"] for f in split_faults(out, manifest, split)]
+    if faults:
+        raise ValueError(f"{out} is damaged: {'; '.join(faults[:3])}{' ...' if len(faults) > 3 else ''}: "
+                         f"rebuild it with `python -m hlgt.data.build`")
     load_vocab(out)
     print(f"[build] using prebuilt shards {out} (key {manifest['key']}; not checked against the raw data)", flush=True)
     return out
