@@ -47,6 +47,10 @@ def storage_root(explicit: str | None, local_default: str, under: str) -> str:
     return root if is_uri(root) else str(Path(root).resolve())
 
 
+# Folders and files on this machine, made absolute where a command builds its config (from its
+# working directory), so that a saved run config means the same place from any other directory.
+LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.word_vectors")
+
 # MAWPS is cross-validated over 5 folds, cut by one of two schemes (their files: hlgt.data.splits).
 MAWPS_N_FOLDS = 5
 MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree")
@@ -134,6 +138,11 @@ class Config:
         for key, value in flat.items():
             section, name = key.split(".", 1)
             setattr(getattr(out, section), name, _coerce(key, value, type(known[key])))
+        for key in LOCAL_PATH_KEYS:
+            section, name = key.split(".", 1)
+            path = getattr(getattr(out, section), name)
+            if path and not is_uri(path):
+                setattr(getattr(out, section), name, os.path.abspath(os.path.expanduser(path)))
         out.check()
         return out
 

@@ -110,7 +110,7 @@ def test_changed_source_or_annotator_rebuilds(ape_like, tmp_path, monkeypatch, c
     assert load_manifest(out)["annotator"]["version"] == "2-test"
 
     build(ape_like, splits=["test"], out=out, actors=0)  # same key: only the new split is built
-    assert "building missing split(s) test" in capsys.readouterr().out
+    assert "building missing or damaged split(s) test" in capsys.readouterr().out
     assert set(load_manifest(out)["splits"]) == {"valid", "test"}
 
     build(ape_like, splits=["test"], out=out, actors=0, force=True)
@@ -157,8 +157,8 @@ def test_default_folder_and_cli(tmp_path, monkeypatch):
     from hlgt.data.build import main
 
     cfg = Config.from_flat({"data.dataset": "mawps", "data.fold": 3, "data.annotator": "ltp"})
-    assert shards_path(cfg) == Path("datasets/processed/mawps-fold3-ltp")
-    assert shards_path(cfg.override({"data.mawps_folds": "graph2tree"})) == Path(
+    assert shards_path(cfg) == Path.cwd() / "datasets/processed/mawps-fold3-ltp"
+    assert shards_path(cfg.override({"data.mawps_folds": "graph2tree"})) == Path.cwd() / (
         "datasets/processed/mawps-graph2tree-fold3-ltp")
     monkeypatch.chdir(tmp_path)
     assert main(["--dataset", "sample", "--split", "valid", "--no-ray", "--shards-dir", "p"]) == 0

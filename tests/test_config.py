@@ -1,5 +1,6 @@
 """hlgt.config's shared answers: where runs are stored (``$HLGT_STORAGE``, local paths or URIs) and
 which ablation arms exist, checked the same way by every command that takes ``--ablation``."""
+import os
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,15 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
 def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
     with pytest.raises(ValueError, match=f"bad config: {named}"):
         C.Config.from_flat(flat)
+
+
+def test_local_paths_are_made_absolute_where_the_command_runs(tmp_path, monkeypatch):
+    # A saved run config then means the same folders from any directory (evaluate from elsewhere
+    # once built a second shard folder there).
+    monkeypatch.chdir(tmp_path)
+    cfg = C.Config.from_flat({"data.shards_dir": "processed", "train.out_dir": "~/runs", "data.data_dir": "s3://b/d"})
+    assert cfg.data.shards_dir == str(tmp_path / "processed")
+    assert cfg.train.out_dir == os.path.expanduser("~/runs") and cfg.data.data_dir == "s3://b/d"
+    assert cfg.train.word_vectors == ""  # unset stays unset
+    monkeypatch.chdir(tmp_path.parent)
+    assert C.Config.from_flat(cfg.to_flat()).data.shards_dir == str(tmp_path / "processed")

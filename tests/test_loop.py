@@ -215,3 +215,14 @@ def test_grad_clip_bounds_the_update_and_reports_the_norm(shards, tmp_path):
     assert tight.history[1][C.TRAIN_LOSS] != plain.history[1][C.TRAIN_LOSS]
     with pytest.raises(ValueError, match="grad_clip"):
         loop.train(tiny(**{"train.grad_clip": -1.0}), shards, run_dir=tmp_path / "bad")
+
+
+def test_a_run_that_fails_before_its_first_epoch_leaves_no_folder(shards, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(shards, broken)
+    for part in (broken / "train").glob("*.parquet"):
+        part.write_bytes(part.read_bytes()[:100])
+    run = tmp_path / "runs" / "failed"
+    with pytest.raises(Exception):
+        loop.train(tiny(), broken, run_dir=run)
+    assert not run.exists() and not (tmp_path / "runs").exists()

@@ -169,8 +169,7 @@ class LocalReporter:
     ``run_dir/metrics.jsonl`` and publishes the outputs of the final checkpoint."""
 
     def __init__(self, run_dir: str | Path) -> None:
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Path(run_dir)  # created with the first report: a run that fails first leaves no folder
 
     @property
     def checkpoint(self) -> Path:
@@ -195,6 +194,7 @@ class LocalReporter:
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
     def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")
         if checkpoint_dir is None:
