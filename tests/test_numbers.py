@@ -127,7 +127,7 @@ def test_unusable_equations_are_flagged(equation, answer, flag):
     assert ex.prefix is None and ex.flag == flag
 
 
-@pytest.mark.parametrize("answer", ["many", "", "1/0", "x"])
+@pytest.mark.parametrize("answer", ["many", "1/0", "x"])
 def test_unreadable_answer_raises_with_reason(answer):
     with pytest.raises(ExampleError) as info:
         to_example(_problem("有 3 个", "x=3", answer))
@@ -183,3 +183,16 @@ def test_every_real_prefix_evaluates_to_its_answer(dataset, split, real_data):
     path = real_data / FILES[dataset][split]
     result = _check_prefixes(read_problems(path, lang=LANGS[dataset]).problems)
     assert len(result.examples) > 0.97 * result.read
+
+
+def test_a_problem_with_an_equation_only_or_an_answer_only():
+    # The generic format: the answer is the equation's value; without an equation, the answer
+    # alone (no gold equation: scored by value).
+    from hlgt.data.problems import Problem
+
+    only_eq = to_example(Problem(id="e", lang="en", tokens=("5", "and", "3"), equation="x=5+3", answer="", source="t"))
+    assert only_eq.prefix == ["+", "N0", "N1"] and only_eq.answer == 8.0 and only_eq.flag is None
+    only_ans = to_example(Problem(id="a", lang="en", tokens=("5", "and", "3"), equation="", answer="8", source="t"))
+    assert only_ans.prefix is None and only_ans.answer == 8.0 and only_ans.flag == "no_equation"
+    with pytest.raises(ExampleError, match="no answer, and its equation"):
+        to_example(Problem(id="b", lang="en", tokens=("5",), equation="x=5/0", answer="", source="t"))

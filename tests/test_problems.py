@@ -85,8 +85,9 @@ def test_seven_line_layout_resumes_after_a_malformed_object(tmp_path):
 @pytest.mark.parametrize(
     "record, reason",
     [
-        ({"id": "3", "segmented_text": "a 1", "equation": "x=1"}, "missing_field"),
-        ({"id": "3", "segmented_text": "a 1", "equation": "x=1", "ans": None}, "missing_field"),
+        ({"id": "3", "segmented_text": "a 1"}, "missing_field"),  # neither equation nor answer
+        ({"id": "3", "segmented_text": "a 1", "equation": None, "ans": None}, "missing_field"),
+        ({"segmented_text": "a 1", "equation": "x=1", "ans": "1"}, "missing_field"),
         ({"id": "3", "segmented_text": "a 1", "equation": "x=1", "ans": [1]}, "bad_field_type"),
         ({"id": "3", "segmented_text": "a 1", "equation": 5, "ans": "1"}, "bad_field_type"),
         ({"id": True, "segmented_text": "a 1", "equation": "x=1", "ans": "1"}, "bad_field_type"),
@@ -117,12 +118,19 @@ def test_ten_thousand_character_text_is_read(tmp_path):
     assert len(p.tokens) == 2000
 
 
-def test_original_text_fallback_splits_unsegmented_chinese(tmp_path):
-    path = tmp_path / "f.json"
-    rec = {"id": 1, "original_text": "买3.5千克(1/4)", "equation": "x=1", "ans": "1"}
-    path.write_text(json.dumps([rec], ensure_ascii=False), encoding="utf-8")
-    (p,) = read_problems(path).problems
-    assert p.tokens == ("买", "3.5", "千", "克", "(1/4)") and p.lang == "zh"
+def test_the_generic_format_is_tokenised_as_solve_does(tmp_path):
+    # JSON Lines of id, original_text and equation and/or ans (SVAMP, ASDiv-A or your own files).
+    path = tmp_path / "f.jsonl"
+    records = [{"id": 1, "original_text": "小明买了3.5千克苹果，吃了一半", "equation": "x=3.5/2"},
+               {"id": 2, "original_text": "商店有三个箱子，共12个球", "ans": "4"}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    first, second = read_problems(path).problems
+    assert "3.5" in first.tokens and "千克" in first.tokens and "(1/2)" in first.tokens and first.lang == "zh"
+    assert (first.equation, first.answer) == ("x=3.5/2", "") and (second.equation, second.answer) == ("", "4")
+    english = tmp_path / "e.json"
+    english.write_text(json.dumps([{"id": "a", "original_text": "Tom has 5 pens. He buys 3.", "ans": 8}]))
+    (p,) = read_problems(english).problems
+    assert p.tokens == ("Tom", "has", "5", "pens", ".", "He", "buys", "3", ".") and p.lang == "en"
 
 
 def test_file_errors_name_the_file(tmp_path):

@@ -57,6 +57,7 @@ DROP_REASONS = (
     "unreadable_answer",
     "unparseable_equation",
     "value_mismatch",
+    "no_equation",
     RARE_CONSTANT,
 )
 

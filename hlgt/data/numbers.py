@@ -63,6 +63,7 @@ EMPTY_TEXT = "empty_text"
 UNREADABLE_ANSWER = "unreadable_answer"
 UNPARSEABLE_EQUATION = "unparseable_equation"
 VALUE_MISMATCH = "value_mismatch"
+NO_EQUATION = "no_equation"  # a generic file's problem given with its answer only
 
 _MAX_DIGITS = 15  # a longer whole part is not a quantity (keeps values finite and exact as floats)
 
@@ -344,21 +345,32 @@ def to_example(problem: Problem) -> Example:
     tokens, quantities, exact = _quantities(problem.tokens)
     if not tokens:
         raise ExampleError(EMPTY_TEXT, f"problem {problem.id} has no text")
-    answer = parse_answer(problem.answer)
-    if answer is None:
+    if not problem.equation:  # a generic file's problem with an answer only: scored by value
+        answer = parse_answer(problem.answer)
+        if answer is None:
+            raise ExampleError(UNREADABLE_ANSWER, f"problem {problem.id}: cannot read answer {problem.answer[:80]!r}")
+        return Example(id=problem.id, lang=problem.lang, source=problem.source, tokens=tokens,
+                       quantities=quantities, prefix=None, answer=answer, flag=NO_EQUATION)
+    answer = parse_answer(problem.answer) if problem.answer else None
+    if answer is None and problem.answer:
         raise ExampleError(UNREADABLE_ANSWER, f"problem {problem.id}: cannot read answer {problem.answer[:80]!r}")
     prefix: list[str] | None
     flag = None
     try:
         prefix = equation_to_prefix(problem.equation, quantities, exact)
         value = eval_prefix(prefix, exact)
-        if answer_matches(value, answer, problem.answer):
+        if answer is None:  # a generic file's problem with an equation only: its value is the answer
+            answer = float(value)
+        elif answer_matches(value, answer, problem.answer):
             # Score against the gold equation's exact value, as GTS and Graph2Tree do: a rounded
             # answer (MAWPS's 0.25 for 2.99/12) would mark the gold equation itself wrong.
             answer = float(value)
         else:
             prefix, flag = None, VALUE_MISMATCH
     except ExprError:
+        if answer is None:
+            raise ExampleError(UNREADABLE_ANSWER, f"problem {problem.id}: no answer, and its equation "
+                                                  f"{problem.equation[:80]!r} does not evaluate") from None
         prefix, flag = None, UNPARSEABLE_EQUATION
     return Example(
         id=problem.id,

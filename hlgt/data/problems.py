@@ -7,7 +7,12 @@ Three layouts are read, detected from the file itself:
 * one JSON array of objects (MAWPS);
 * JSON Lines, one object per line (APE210K and the project's own sample files).
 
-Every record needs ``id``, ``segmented_text`` (or ``original_text``), ``equation`` and ``ans``.
+A record needs ``id``, a text and at least one of ``equation`` and ``ans``. The benchmark files
+give ``segmented_text`` (tokens split by spaces, read as they are) and both ``equation`` and
+``ans``. The generic format, for files of other sources (SVAMP, ASDiv-A, your own): a JSON list
+or JSON Lines of objects with ``id``, ``original_text`` (raw text, tokenised as ``solve`` does it,
+``hlgt.data.text``) and ``equation`` (``x=...``) and/or ``ans``; without ``ans`` the answer is the
+equation's value, without ``equation`` the problem is scored by its answer only.
 Values are taken with the standard ``json`` module, never pandas/Arrow, so ids stay strings
 (MAWPS writes them as ints) and answers stay exactly as written (MAWPS writes floats).
 
@@ -24,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hlgt.data.text import tokenize
+
 # Reader skip reasons (the report prints them under these names).
 MALFORMED_JSON = "malformed_json"
 NOT_AN_OBJECT = "not_an_object"
@@ -32,9 +39,6 @@ BAD_FIELD_TYPE = "bad_field_type"
 EMPTY_TEXT = "empty_text"
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-# Unsegmented Chinese fallback (a generic file with only original_text): one token per CJK
-# character or punctuation mark, runs of ASCII letters/digits/number punctuation kept together.
-_FALLBACK_TOKEN = re.compile(r"[A-Za-z0-9.%/()]+|\S")
 
 
 class DataFileError(ValueError):
@@ -176,10 +180,12 @@ def _to_problem(record, lang: str | None, source: str, skipped: collections.Coun
         skipped[NOT_AN_OBJECT] += 1
         return None
     text_field = "segmented_text" if "segmented_text" in record else "original_text"
-    if any(k not in record or record[k] is None for k in ("id", text_field, "equation", "ans")):
+    present = {k for k in ("id", text_field, "equation", "ans") if record.get(k) is not None}
+    if not {"id", text_field} <= present or not present & {"equation", "ans"}:
         skipped[MISSING_FIELD] += 1
         return None
-    pid, text, equation, answer = record["id"], record[text_field], record["equation"], record["ans"]
+    pid, text = record["id"], record[text_field]
+    equation, answer = record.get("equation", ""), record.get("ans", "")
     if (
         not isinstance(pid, (str, int))
         or isinstance(pid, bool)
@@ -191,10 +197,7 @@ def _to_problem(record, lang: str | None, source: str, skipped: collections.Coun
         skipped[BAD_FIELD_TYPE] += 1
         return None
     problem_lang = lang or guess_lang(text)
-    if text_field == "segmented_text" or problem_lang == "en":
-        tokens = tuple(text.split())
-    else:
-        tokens = tuple(_FALLBACK_TOKEN.findall(text))
+    tokens = tuple(text.split() if text_field == "segmented_text" else tokenize(text, problem_lang))
     if not tokens:
         skipped[EMPTY_TEXT] += 1
         return None
