@@ -5,11 +5,14 @@ User mistakes are the errors the project raises for bad input and the operating 
 files: ValueError (with its subclasses: bad config keys and values, JSON and Parquet that do not
 parse), KeyError and OSError (missing, unreadable or unwritable files and folders). Anything else
 is a bug and keeps its traceback.
+
+``Progress`` reports a long step (annotating, evaluating, solving a file) as it goes.
 """
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 USER_ERRORS = (ValueError, KeyError, OSError)
@@ -35,3 +38,31 @@ def run_command(main: Callable[[list[str]], int], prog: str, argv: Sequence[str]
             raise
         print(f"{prog}: error: {message(error)}  (--debug shows the traceback)", file=sys.stderr)
         return 2
+
+
+class Progress:
+    """Progress of a long step on stderr: one line redrawn on a terminal, a line every tenth of
+    the way otherwise (logs). ``update(done)`` takes the count done so far."""
+
+    def __init__(self, total: int, label: str, stream=None) -> None:
+        self.total, self.label = total, label
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.started = time.perf_counter()
+        self.next_line = 0.1
+        self.drawn = 0.0
+
+    def update(self, done: int) -> None:
+        now = time.perf_counter()
+        share = done / max(self.total, 1)
+        if self.tty and (now - self.drawn > 0.2 or done >= self.total):
+            self.drawn = now
+            self.stream.write(f"\r{self._text(done, now)}" + ("\n" if done >= self.total else ""))
+            self.stream.flush()
+        elif not self.tty and (share >= self.next_line or done >= self.total):
+            self.next_line = share + 0.1
+            print(self._text(done, now), file=self.stream, flush=True)
+
+    def _text(self, done: int, now: float) -> str:
+        rate = done / max(now - self.started, 1e-9)
+        return f"[{self.label}] {done}/{self.total} ({100 * done / max(self.total, 1):.0f}%, {rate:.1f}/s)"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -55,15 +55,15 @@ def _load(directory: str, device: str) -> tuple[Solver, dict[str, Any]]:
 
 @torch.no_grad()
 def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
-            batch_size: int, device: torch.device | str = "cpu",
-            bf16_inference: bool | None = None) -> list[list[str]]:
+            batch_size: int, device: torch.device | str = "cpu", bf16_inference: bool | None = None,
+            progress: Callable[[int], None] | None = None) -> list[list[str]]:
     """The solver's prefix equation for every row, in row order (eval mode, restored afterwards).
 
     Rows are decoded in order of text length, so a batch pads little (a problem's prediction does
     not depend on its batch-mates), and put back in row order. The encoder runs on up to
     ``ENCODE_BATCHES * batch_size`` problems at once, the beam search on up to
     ``BEAM_BATCHES * batch_size``. ``bf16_inference``: bfloat16 GRU products while decoding
-    (None: the solver's ``model.bf16_inference``)."""
+    (None: the solver's ``model.bf16_inference``). ``progress(done)`` after every chunk."""
     was_training = solver.training
     solver.eval()
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]["tokens"]))
@@ -80,6 +80,8 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
                                        bf16_inference=bf16_inference)
             for i, p in zip(chunk_ids, predictions):
                 out[i] = list(p)
+            if progress is not None:
+                progress(start + len(chunk_ids))
     finally:
         solver.train(was_training)
     return out

@@ -126,5 +126,54 @@ def test_cli_scores_a_split_from_the_model_folder(model_dir, tmp_path, capsys, b
 
 def test_cli_takes_no_abbreviated_option(capsys):
     with pytest.raises(SystemExit):
-        main(["--model", "m", "--data", "problems.json"])  # not --data-dir
-    assert "unrecognized arguments: --data problems.json" in capsys.readouterr().err
+        main(["--model", "m", "--data-d", "problems"])  # not --data-dir
+    assert "unrecognized arguments: --data-d problems" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model", "m", "--data", "f.json", "--split", "test"])
+    assert "--data evaluates a file" in capsys.readouterr().err
+
+
+def _problem_file(path, records, layout):
+    if layout == "math23k":  # pretty-printed objects one after another
+        text = "".join(json.dumps(r, ensure_ascii=False, indent=4) + "\n" for r in records)
+    elif layout == "mawps":  # one JSON array
+        text = json.dumps(records, ensure_ascii=False)
+    else:  # ape210k and the generic format: JSON Lines
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("layout", ["math23k", "mawps", "ape210k", "generic"])
+def test_cli_evaluates_a_file_the_model_was_not_trained_on(model_dir, tmp_path, capsys, layout):
+    import hlgt.data.splits as splits
+
+    sample = [json.loads(line) for line in (splits.SAMPLE_DIR / "zh_test.json").read_text(encoding="utf-8").splitlines()]
+    if layout == "generic":  # raw text, an equation or an answer
+        records = [{"id": r["id"], "original_text": r["original_text"], **({"equation": r["equation"]} if i % 2
+                    else {"ans": r["ans"]})} for i, r in enumerate(sample)]
+    else:
+        records = [dict(r) for r in sample]
+    records += [{"id": "c", "segmented_text": "有 7 个 新 词汇 苹果", "original_text": "有7个新词汇苹果",
+                 "equation": "x=7*1234", "ans": "8638"},  # a constant the model never learned
+                {"id": "bad", "original_text": "没有 答案 3"}]  # neither equation nor answer
+    path = _problem_file(tmp_path / f"transfer.{'json' if layout in ('math23k', 'mawps') else 'jsonl'}", records, layout)
+    assert main(["--model", str(model_dir), "--data", str(path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    predictions = read_predictions(tmp_path / "out" / "predictions_transfer.jsonl")
+    assert [p["id"] for p in predictions] == [r["id"] for r in records[:-1]]
+    assert f"{len(records)} records: {len(records) - 1} scored, 1 not scored (missing_field 1)" in out
+    assert "without a gold equation the model can write: " in out and "rare_constant" in out
+    assert "Value accuracy over all" in out
+    if layout == "generic":
+        assert "no_equation" in out  # answer-only problems: scored by value
+    assert (tmp_path / "out" / "numbers_transfer.md").is_file()
+
+
+def test_evaluating_a_file_that_has_no_scorable_problem_is_one_line(model_dir, tmp_path, capsys):
+    from hlgt.cli import run_command
+
+    too_long = {"id": "x", "original_text": "A farmer has 3 apples" + " and pears" * 300 + ".", "ans": "3"}
+    path = _problem_file(tmp_path / "empty.jsonl", [too_long], "generic")
+    assert run_command(main, "evaluate", ["--model", str(model_dir), "--data", str(path)]) == 2
+    assert "no problem can be scored" in capsys.readouterr().err

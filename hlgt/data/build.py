@@ -565,6 +565,36 @@ def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> P
 
 
 # ---------------------------------------------------------------------------------------------
+# One problem file, for evaluating a model on data it was not trained on (no shard folder).
+
+
+@dataclass
+class FileRows:
+    rows: list[dict]  # the problems that can be scored, as shard rows
+    records: int  # records in the file
+    not_scored: Counter  # reason -> problems dropped before scoring (reader, cleaning, annotation)
+    unanswerable: Counter  # reason -> scored problems whose gold equation the model cannot write
+
+
+def file_rows(path: str | Path, constants: list[str], annotator: str, model: str = "") -> FileRows:
+    """A problem file read, cleaned and annotated as a validation split is: the model's
+    ``constants`` (a gold equation needing another is unanswerable, flagged ``rare_constant``),
+    the annotator the model was trained with, in this process, with progress."""
+    from hlgt.data.problems import read_problems
+
+    read = read_problems(path)
+    cleaned = clean_split(read.problems, train=False, constants=constants)
+    not_scored = Counter(read.skipped) + cleaned.dropped
+    rows: list[dict] = []
+    for table in run_in_process(input_table(cleaned.examples), annotator, model, label=Path(path).name):
+        for reason in table.filter(pc.is_valid(table["drop_reason"]))["drop_reason"].to_pylist():
+            not_scored[reason] += 1
+        rows += table.filter(pc.is_null(table["drop_reason"])).select(SCHEMA.names).to_pylist()
+    unanswerable = Counter(row["flag"] for row in rows if row["flag"] is not None)
+    return FileRows(rows=rows, records=read.records, not_scored=not_scored, unanswerable=unanswerable)
+
+
+# ---------------------------------------------------------------------------------------------
 # Benchmark: problems per second with 1, 2, ... actors in one Ray session.
 
 

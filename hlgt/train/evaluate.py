@@ -17,9 +17,18 @@ device) and scores; ``tree_loss_sum`` is validation's teacher-forced loss; every
 plain Python on rows and token lists.
 
 A trained model on one split of its own dataset (shards built or reused from its run config, or a
-prebuilt ``--shards`` folder), printing both accuracies, Table 4 and the decoding speed:
+prebuilt ``--shards`` folder), or on any problem file (``--data``: a benchmark file or the generic
+format of ``hlgt.data.problems``, read, cleaned and annotated as a validation split, with the
+model's vocabulary and constants), printing both accuracies, Table 4 and the decoding speed:
 
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
+    python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
+
+With ``--data``, problems that cannot be scored (unreadable records, over the limits, an
+annotation that fails) are counted and reported, and the accuracy is given both over the scored
+problems and over every problem in the file (those counted wrong). A scored problem whose gold
+equation the model cannot write (a constant it never learned) is counted as unanswerable; it is
+still right when the model finds its value another way. Words the model never saw read as <unk>.
 """
 from __future__ import annotations
 
@@ -36,7 +45,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hlgt.config import Config
-from hlgt.data.build import ensure_shards
+from hlgt.cli import Progress
+from hlgt.data.build import FileRows, ensure_shards, file_rows
 from hlgt.data.collate import collate, trainable
 from hlgt.data.shards import load_rows, use_shards
 from hlgt.expr import ExprError, eval_prefix, values_match
@@ -162,12 +172,12 @@ def tree_loss_sum(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: 
 
 
 def evaluate(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, beam_size: int,
-             batch_size: int, device: torch.device | str = "cpu",
-             bf16_inference: bool | None = None) -> tuple[Report, list[Scored]]:
+             batch_size: int, device: torch.device | str = "cpu", bf16_inference: bool | None = None,
+             progress=None) -> tuple[Report, list[Scored]]:
     """Predict and score every row: the one evaluation used for validation, test and benchmarks
-    (``bf16_inference``: as in ``hlgt.inference.predict``)."""
-    predictions = predict(solver, rows, vocab, variant=variant, beam_size=beam_size,
-                          batch_size=batch_size, device=device, bf16_inference=bf16_inference)
+    (``bf16_inference``, ``progress``: as in ``hlgt.inference.predict``)."""
+    predictions = predict(solver, rows, vocab, variant=variant, beam_size=beam_size, batch_size=batch_size,
+                          device=device, bf16_inference=bf16_inference, progress=progress)
     return score_predictions(rows, predictions)
 
 
@@ -233,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.evaluate", allow_abbrev=False,
                                 description="Evaluate a trained model on one split of its dataset.")
     p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--split", default=None, choices=["train", "valid", "test"], help="a split of the model's dataset (default test)")
+    p.add_argument("--data", default=None, metavar="FILE",
+                   help="evaluate on this problem file instead (benchmark format, or JSON/JSONL of id, original_text, equation and/or ans)")
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (default: built or reused from the run config)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default: the run config's)")
     p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
@@ -243,31 +255,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
     args = p.parse_args(argv)
+    if args.data and (args.split or args.shards or args.data_dir):
+        p.error("--data evaluates a file: it takes no --split, --shards or --data-dir")
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
-    if args.data_dir:
-        cfg = cfg.override({"data.data_dir": args.data_dir})
-    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-    rows = load_rows(shards, args.split)
+    if args.data:
+        found = file_rows(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model)
+        rows, name, what = found.rows, Path(args.data).stem, args.data
+    else:
+        if args.data_dir:
+            cfg = cfg.override({"data.data_dir": args.data_dir})
+        shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
+        name = args.split or "test"
+        rows, what = load_rows(shards, name), f"{cfg.data.dataset} {name}"
     if not rows:
-        raise SystemExit(f"{shards} has no {args.split} rows")
+        raise ValueError(f"{what}: no problem can be scored")
     started = time.perf_counter()
+    progress = Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
     report, scored = evaluate(solver, rows, solver.vocab, variant=cfg.data.graph,
                               beam_size=args.beam_size or solver.cfg.beam_size, batch_size=args.batch_size,
-                              device=args.device, bf16_inference=args.bf16)
+                              device=args.device, bf16_inference=args.bf16,
+                              progress=progress.update if progress else None)
     seconds = time.perf_counter() - started
-    print(f"[evaluate] {args.model} on {cfg.data.dataset} {args.split} ({report.n} problems, "
+    print(f"[evaluate] {args.model} on {what} ({report.n} problems, "
           f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
           f"{100 * report.value_acc:.1f}%, equation accuracy {100 * report.equation_acc:.1f}%, "
           f"{report.n / max(seconds, 1e-9):.1f} problems/s")
-    print(table4_markdown(report, title=f"{args.split}: accuracy by number of numbers"))
+    if args.data:
+        print(file_summary(scored, found))
+    print(table4_markdown(report, title=f"{name}: accuracy by number of numbers"))
     if args.out:
-        paths = write_report(args.out, args.split, report, scored)
+        paths = write_report(args.out, name, report, scored)
         print(f"[evaluate] wrote {paths['predictions']}")
     return 0
+
+
+def file_summary(scored: Sequence[Scored], found: FileRows) -> str:
+    """What became of every record of a ``--data`` file, and the accuracy over all of them."""
+    lost = sum(found.not_scored.values())
+    total = len(scored) + lost
+    right = sum(s.value_correct for s in scored)
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(found.not_scored.items())) or "none"
+    gold = ", ".join(f"{k} {v}" for k, v in sorted(found.unanswerable.items())) or "none"
+    return (f"[evaluate] {found.records} records: {len(scored)} scored, {lost} not scored ({reasons}); "
+            f"without a gold equation the model can write: {gold}. Value accuracy over all "
+            f"{total} problems (not scored = wrong): {100 * right / max(total, 1):.1f}%")
 
 
 if __name__ == "__main__":
