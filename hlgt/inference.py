@@ -42,12 +42,17 @@ def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> tup
     return solver, dict(flat)
 
 
+def run_config(model_dir: str | Path) -> dict[str, Any]:
+    """The flat config a model folder was trained with, read without loading the model."""
+    path = Path(model_dir) / RUN_CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: --model must be a best/ folder written by training")
+    return json.loads(path.read_text(encoding="utf-8"))["config"]
+
+
 @lru_cache(maxsize=4)
 def _load(directory: str, device: str) -> tuple[Solver, dict[str, Any]]:
-    run_config = Path(directory) / RUN_CONFIG_FILE
-    if not run_config.is_file():
-        raise FileNotFoundError(f"{run_config} not found: --model must be a best/ folder written by training")
-    flat = json.loads(run_config.read_text(encoding="utf-8"))["config"]
+    flat = run_config(directory)
     solver = Solver.load(directory, map_location=device)
     solver.eval()
     return solver, flat

@@ -2,22 +2,27 @@
 
     python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
+    python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best --file problems.jsonl --out answers.jsonl
 
 The path is the training path, applied to one text: tokenise (Chinese: jieba, with every number —
 ``(1/5)``, ``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7`` — kept whole; English: words, numbers
 and punctuation apart; Chinese numerals before a measure word and 一半 read as numbers) →
 ``extract_quantities`` (a text without quantities is refused with a message) → the model's configured annotator (or
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
-with the text's numbers substituted, evaluated exactly for the answer.
+with the text's numbers substituted, evaluated exactly for the answer. A ``--file`` of problems is
+prepared line by line (a bad line gets an error entry, the others go on) and decoded in batches
+by the evaluation decoder, with progress.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
 ``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
-and answer are ``hlgt.inference``'s; this module owns the text's side: tokenising, quantities,
-annotation and the graph of one problem, and the command.
+and answer are ``hlgt.inference``'s, tokenising is ``hlgt.data.text``'s; this module owns the
+rest of the text's side (quantities, limits, annotation and the graph of one problem), the file
+of problems and the command.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -47,14 +52,10 @@ class Solution:
     error: str | None  # why the equation could not be evaluated
 
 
-def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annotator: str | None = None,
-               beam_size: int | None = None) -> Solution:
-    """Solve one problem written in ``text`` (language guessed when ``lang`` is None)."""
-    # Imported here, not at the top: it brings in torch and the model, which ``--help`` and
-    # ``tokenize`` do without.
-    from hlgt.inference import infix_with_numbers, load_model, predict
-
-    if not text or not text.strip():
+def problem_row(text: str, lang: str | None, annotator) -> dict:
+    """One raw text as a shard row: tokens, quantities, the limits, annotation and graph.
+    ``ValueError`` says why a text cannot be solved (empty, too long, no quantities, ...)."""
+    if not isinstance(text, str) or not text.strip():
         raise ValueError("empty problem text")
     if len(text) > MAX_TEXT_CHARS:
         raise ValueError(f"the problem text has {len(text)} characters; at most {MAX_TEXT_CHARS} are read")
@@ -66,34 +67,123 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
     over = over_limits(tokens, quantities)
     if over is not None:
         raise ValueError(over[1])
-    solver, flat = load_model(model_dir)
-    name = annotator or flat["data.annotator"]
-    annotation = make_annotator(name, flat["data.annotator_model"] if name == flat["data.annotator"] else "").annotate(tokens, lang)
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
                       answer=math.nan)
-    row = to_row(example, build_graph(example, annotation))
-    prefix = predict(solver, [row], solver.vocab, variant=flat["data.graph"],
-                     beam_size=beam_size or int(flat["model.beam_size"]), batch_size=1)[0]
-    numbers = [q.text for q in quantities]
-    answer, error = None, None
-    try:
-        answer = eval_prefix(prefix, [q.value for q in quantities])
-    except ExprError as e:
-        error = str(e)
-    return Solution(lang=lang, tokens=tokens, numbers=numbers, prefix=prefix,
-                    equation=infix_with_numbers(prefix, numbers), answer=answer, error=error)
+    return to_row(example, build_graph(example, annotator.annotate(tokens, lang)))
+
+
+def solve_rows(solver, flat: dict, rows: list[dict], beam_size: int | None = None, progress=None) -> list[Solution]:
+    """Decode prepared rows in batches (the evaluation decoder) and read each answer."""
+    from hlgt.inference import infix_with_numbers, predict
+
+    prefixes = predict(solver, rows, solver.vocab, variant=flat["data.graph"], batch_size=64,
+                       beam_size=beam_size or int(flat["model.beam_size"]), progress=progress)
+    out = []
+    for row, prefix in zip(rows, prefixes):
+        numbers = list(row["num_texts"])
+        answer, error = None, None
+        try:
+            answer = eval_prefix(prefix, list(row["num_values"]))
+        except ExprError as e:
+            error = str(e)
+        out.append(Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, prefix=prefix,
+                            equation=infix_with_numbers(prefix, numbers), answer=answer, error=error))
+    return out
+
+
+def model_annotator(flat: dict, annotator: str | None):
+    """The annotator the model was trained with, or ``annotator`` when given."""
+    name = annotator or flat["data.annotator"]
+    return make_annotator(name, flat["data.annotator_model"] if name == flat["data.annotator"] else "")
+
+
+def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annotator: str | None = None,
+               beam_size: int | None = None) -> Solution:
+    """Solve one problem written in ``text`` (language guessed when ``lang`` is None). The text is
+    checked before the model is loaded: a refusal is immediate."""
+    # Imported here, not at the top: it brings in torch and the model, which ``--help`` and
+    # ``tokenize`` do without.
+    from hlgt.inference import load_model, run_config
+
+    flat = run_config(model_dir)
+    row = problem_row(text, lang, model_annotator(flat, annotator))
+    solver, flat = load_model(model_dir)
+    return solve_rows(solver, flat, [row], beam_size)[0]
+
+
+def read_requests(path: str | Path) -> list[tuple[str, str | None, str | None]]:
+    """A ``--file``'s lines as (id, text, error): JSON objects with ``text`` and an optional ``id``
+    (default: the line number); a line that is not such an object gets an error, blank lines none."""
+    out = []
+    with open(path, encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                out.append((str(number), None, f"line {number} is not JSON ({e.msg})"))
+                continue
+            pid = str(record.get("id", number)) if isinstance(record, dict) else str(number)
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                out.append((pid, None, f"line {number} is not an object with a \"text\" string"))
+                continue
+            out.append((pid, record["text"], None))
+    return out
+
+
+def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path, lang: str | None = None,
+               annotator: str | None = None, beam_size: int | None = None) -> tuple[int, int]:
+    """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
+    order: id, equation and answer, or id and error); returns (solved, errors)."""
+    from hlgt.cli import Progress
+    from hlgt.inference import format_answer, load_model
+
+    requests = read_requests(in_path)
+    solver, flat = load_model(model_dir)
+    annotate = model_annotator(flat, annotator)
+    results: list[dict] = []
+    rows, slots = [], []
+    for pid, text, error in requests:
+        if error is None:
+            try:
+                rows.append(problem_row(text, lang, annotate))
+                slots.append(len(results))
+            except ValueError as e:
+                error = str(e)
+        results.append({"id": pid, "error": error} if error else {"id": pid})
+    progress = Progress(len(rows), "solve") if rows else None
+    for slot, s in zip(slots, solve_rows(solver, flat, rows, beam_size, progress.update if progress else None)):
+        results[slot].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
+        if s.error is not None:
+            results[slot]["error"] = f"the equation does not evaluate: {s.error}"
+    out_path = Path(out_path)
+    tmp = out_path.with_name(out_path.name + ".partial")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
+    tmp.replace(out_path)
+    errors = sum("error" in r for r in results)
+    return len(results) - errors, errors
 
 
 def main(argv: list[str] | None = None) -> int:
     # No abbreviations: a misspelt or shortened option is an error, not another option's value.
     p = argparse.ArgumentParser(prog="python -m hlgt.solve", allow_abbrev=False,
-                                description="Solve a math word problem with a trained model.")
+                                description="Solve a math word problem (or a file of them) with a trained model.")
     p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
-    p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: guessed from the text")
+    p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: guessed from each text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
     p.add_argument("--beam-size", type=int, default=None)
-    p.add_argument("text", nargs="+", help="the problem text")
+    p.add_argument("--file", default=None, help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out)")
+    p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
+    p.add_argument("text", nargs="*", help="the problem text")
     args = p.parse_args(argv)
+    if bool(args.file) == bool(args.text) or bool(args.file) != bool(args.out):
+        p.error("give a problem text, or --file FILE with --out FILE")
+    if args.file:
+        solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,
+                                    beam_size=args.beam_size)
+        print(f"[solve] {solved} solved, {errors} with an error -> {args.out}")
+        return 0
     from hlgt.inference import format_answer  # after parsing: see solve_text
 
     s = solve_text(args.model, " ".join(args.text), lang=args.lang, annotator=args.annotator, beam_size=args.beam_size)

@@ -83,3 +83,35 @@ def test_cli_takes_no_abbreviated_option(capsys):
     with pytest.raises(SystemExit):
         main(["--model", "m", "--beam", "3", EN])  # not --beam-size
     assert "unrecognized arguments: --beam" in capsys.readouterr().err
+
+
+def test_a_file_of_problems_is_solved_in_order_with_an_error_entry_per_bad_line(model_dir, tmp_path, capsys):
+    import json
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("\n".join([
+        json.dumps({"id": "a", "text": ZH}, ensure_ascii=False),
+        "{not json",
+        json.dumps({"id": "b", "text": "小明很开心。"}, ensure_ascii=False),  # no quantities
+        "",
+        json.dumps({"text": EN}),  # no id: the line number
+        json.dumps({"id": "c"}),  # no text
+    ]) + "\n", encoding="utf-8")
+    out = tmp_path / "answers.jsonl"
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(out)]) == 0
+    answers = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [a["id"] for a in answers] == ["a", "2", "b", "5", "c"]
+    assert set(answers[0]) >= {"id", "equation", "answer"} or "does not evaluate" in answers[0]["error"]
+    assert "not JSON" in answers[1]["error"] and "no quantities" in answers[2]["error"]
+    assert "equation" in answers[3] and '"text" string' in answers[4]["error"]
+    assert "[solve] " in capsys.readouterr().out and not (tmp_path / "answers.jsonl.partial").exists()
+    # The same problem alone and in the file: the same equation (batching changes nothing).
+    alone = solve_text(model_dir, ZH)
+    assert answers[0]["equation"] == f"x = {alone.equation}"
+
+
+def test_file_and_text_are_one_or_the_other(capsys):
+    for argv in (["--model", "m"], ["--model", "m", "--file", "f.jsonl"], ["--model", "m", "--file", "f", "--out", "o", "x"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "give a problem text, or --file FILE with --out FILE" in capsys.readouterr().err
