@@ -128,6 +128,9 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     root = storage / "t"
     assert "| full |" in out and "| no_line_graph |" in out
+    # Quiet by default: one line per trial per epoch, not Tune's status tables or the workers' logs.
+    assert "epoch 1 |" in out and "epoch 2 |" in out and "[sweep] no_line_graph-s0-r0-" in out
+    assert "Trial status" not in out and "RayTrainWorker" not in out
     results = json.loads((root / "results.json").read_text())
     assert [r["arm"] for r in results] == ["full", "no_line_graph"]
     for r in results:

@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--no-wandb", action="store_true", help="no W&B runs")
     p.add_argument("--smoke-test", action="store_true", help="the whole path on the sample data in a few minutes on a CPU")
+    p.add_argument("--verbose", action="store_true",
+                   help="Ray's, Tune's and the workers' own output (default: one line per trial per epoch)")
     return p
 
 
@@ -160,6 +162,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     # Offline W&B runs live next to the results, or in the home folder when the results go to S3.
     plan.wandb_dir = plan.root if not is_uri(plan.root) else os.path.join("~", "hlgt-wandb", name)
     plan.replicate_kind = "folds" if len(folds) > 1 and len(seeds) == 1 else "seeds" if len(folds) == 1 else "runs"
+    plan.verbose = args.verbose
     check_trials(plan)
     return plan
 

@@ -82,6 +82,30 @@ def concurrency(plan: Plan) -> int:
     return max(fit, 1)
 
 
+def epoch_lines():
+    """A Tune callback printing one line per trial per epoch, one when a trial ends and the error
+    of a failed one: the sweep's console unless ``--verbose`` (then Tune's and the workers' own)."""
+    from ray.tune import Callback
+
+    class EpochLines(Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if C.EPOCH not in result:
+                return
+            val = (f" | val value {100 * result[C.VAL_VALUE_ACC]:.1f}%" if C.VAL_VALUE_ACC in result else "")
+            print(f"[sweep] {trial} epoch {result[C.EPOCH]} | loss {result.get(C.TRAIN_LOSS, float('nan')):.4f}{val} | "
+                  f"{result.get(C.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            print(f"[sweep] {trial} finished", flush=True)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            where = getattr(trial, "error_file", None)
+            print(f"[sweep] {trial} FAILED: {str(trial.get_error() or '').strip().splitlines()[-1:] or ['?']} "
+                  f"({where or 'see Ray logs'}; --verbose shows the workers' output)", flush=True)
+
+    return EpochLines()
+
+
 def run_arm(plan: Plan, arm: str):
     """One Tune experiment for one arm (restored when it exists); returns its ResultGrid."""
     import ray.tune
@@ -102,7 +126,8 @@ def run_arm(plan: Plan, arm: str):
                                             scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
                                             max_concurrent_trials=concurrency(plan), trial_name_creator=TrialName(arm),
                                             trial_dirname_creator=TrialName(arm)),
-            run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root),
+            run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root, verbose=2 if plan.verbose else 0,
+                                          callbacks=[] if plan.verbose else [epoch_lines()]),
         )
     grid = tuner.fit()
     if grid.num_terminated + grid.num_errors < len(grid):  # Ctrl-C: Tune saved its state and returned
@@ -128,7 +153,7 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
     W&B summary; returns the table's rows."""
     from hlgt.train.launch import init_ray
 
-    init_ray(address)
+    init_ray(address, workers_to_console=plan.verbose)
     started = time.perf_counter()
     announce(plan)
     grids = {arm: run_arm(plan, arm) for arm in plan.arms}

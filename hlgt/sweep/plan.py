@@ -32,6 +32,7 @@ class Plan:
     wandb: bool = True
     wandb_dir: str = "."  # where offline W&B runs are written (on the node running each trial's rank 0)
     replicate_kind: str = "seeds"  # what the replicates vary, for the table: seeds | folds | runs
+    verbose: bool = False  # Tune's and the workers' own output on the console, not one line per epoch
 
     @property
     def root(self) -> str:

@@ -11,6 +11,13 @@ the GTS reference's own timing does (topped up from the validation split when th
 is too small) (problems/s). ``--bf16`` times a second decoding pass with ``model.bf16_inference``
 and counts the problems whose prediction differs from float32's. Prints a table with each arm's
 ratio to GTS. A measurement, not a test.
+
+``--profile N`` instead counts, per training step (forward, backward, Adam step; averaged over N
+steps after a warm-up), the aten operators dispatched (all, and the top-level ones the Python code
+calls) and the host synchronisation points: operators that, on a GPU, make the CPU wait for the
+device (``SYNC_OPS``: reading a value back with ``.item()``/``int()``/``bool()``, ``nonzero``,
+``unique``, ``masked_select``, ``repeat_interleave`` without an output size). A step is
+launch-bound on a GPU, so these counts, measured on the CPU, bound its speed there.
 """
 from __future__ import annotations
 
@@ -76,6 +83,58 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     return result
 
 
+# On a GPU each of these waits for the device: the value (or the output's size) is needed on the host.
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "aten::unique_consecutive",
+            "aten::unique_dim", "aten::masked_select", "aten::repeat_interleave")
+
+
+def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
+    """aten operators and host-sync points per training step (see the module docstring)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from hlgt.data.collate import iter_batches
+    from hlgt.model.solver import Solver
+    from hlgt.train.loop import EpochStats
+
+    torch.manual_seed(cfg.train.seed)
+    solver = Solver(cfg.model, vocab)
+    opt = torch.optim.Adam(solver.parameters(), lr=cfg.train.lr)
+    solver.train()
+    batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+                                variant=cfg.data.graph))[: steps + 1]
+    if len(batches) < steps + 1:
+        raise ValueError(f"{len(batches)} batches: --profile {steps} needs {steps + 1}")
+    stats = EpochStats(solver.parts(), torch.device("cpu"))
+
+    def step(batch) -> None:  # the training loop's step (hlgt.train.loop.Trainer._step)
+        out = solver(batch)
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        stats.step(out, len(batch))
+        opt.step()
+
+    step(batches[0])  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches[1:]:
+            step(batch)
+    events = [e for e in prof.events() if e.name.startswith("aten::")]
+
+    def top_level(e) -> bool:
+        parent = e.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    syncs: dict[str, int] = {}
+    for e in events:
+        if e.name in SYNC_OPS:
+            syncs[e.name] = syncs.get(e.name, 0) + 1
+    return {"ops_per_step": len(events) / steps, "top_level_ops_per_step": sum(map(top_level, events)) / steps,
+            "syncs_per_step": sum(syncs.values()) / steps, "syncs": {k: v / steps for k, v in sorted(syncs.items())}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
@@ -95,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="count operators and host syncs per training step over STEPS steps (CPU), time nothing")
     args = p.parse_args(argv)
 
     from hlgt.data.build import ensure_shards
@@ -123,6 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
     if not decode_rows:
         raise SystemExit("no held-out rows to decode")
+    if args.profile > 0:
+        print(f"[bench] {args.dataset}: operators and host syncs per training step, batch {args.batch_size}, "
+              f"embedding {args.embedding}, hidden {args.hidden}, {args.profile} steps after a warm-up, CPU", flush=True)
+        print("\n| arm | aten ops / step | top-level ops / step | host syncs / step | syncs by operator |\n|---|---:|---:|---:|---|")
+        for arm in arms:
+            r = profile_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, args.profile)
+            by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
+            print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['syncs_per_step']:.1f} | {by_op} |",
+                  flush=True)
+        return 0
     device = torch.device(args.device)
     print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, "
           f"{len(decode_rows)} held-out problems decoded ({held_out} training, {len(decode_rows) - held_out} "

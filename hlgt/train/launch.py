@@ -34,17 +34,22 @@ def ray_available() -> bool:
     return True
 
 
-def init_ray(address: str | None = None) -> None:
+def init_ray(address: str | None = None, workers_to_console: bool = True) -> None:
     """Connect to ``address`` (``auto``, ``ray://...``, host:port) or start a local Ray.
 
     A local Ray starts with its dashboard: Ray Train's PlacementGroupCleaner asks the state API
     (served by the dashboard) whether a run's controller is alive, and without it the placement
     group of a run that Tune stopped early is never removed, starving every later trial.
+    ``workers_to_console=False`` keeps the workers' output (and Ray's own INFO lines) off this
+    console: it stays in Ray's session logs, and the caller prints what matters.
     """
+    import logging
+
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=True if address is None else None)
+        ray.init(address=address, include_dashboard=True if address is None else None,
+                 log_to_driver=workers_to_console, logging_level=logging.INFO if workers_to_console else logging.WARNING)
 
 
 def worker_cpus(workers: int, requested: float | None = None) -> float:
