@@ -136,3 +136,27 @@ def test_batch_moves_to_a_device():
     rows, _ = make_rows()
     b = collate(rows, VOCAB).to("cpu")
     assert b.edge_index.device.type == "cpu" and len(b) == 4
+
+
+def test_a_batch_is_checked_once_in_collate_and_not_again(monkeypatch):
+    # The checks read values back (host syncs on a GPU): done once on the CPU, not in every forward.
+    import dataclasses
+
+    from hlgt.data.collate import Batch
+
+    rows, _ = make_rows()
+    batch = collate(rows, VOCAB)
+    assert batch.checked and batch.to("cpu").checked
+    assert not dataclasses.replace(batch, tokens=batch.tokens).checked  # changed: checked again when used
+    broken = dataclasses.replace(batch, node_type=batch.node_type + 7)
+    with pytest.raises(ValueError, match="node_type"):
+        broken.check()
+    bad_rows = [dict(rows[0], node_pos=[99] * len(rows[0]["node_pos"]))]
+    with pytest.raises(ValueError, match="node_pos points outside"):
+        collate(bad_rows, VOCAB)
+    monkeypatch.setattr(Batch, "check", lambda self: pytest.fail("a checked batch was checked again"))
+    from hlgt.config import Config
+    from hlgt.model.solver import Solver
+
+    cfg = Config.from_flat({"model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1})
+    Solver(cfg.model, VOCAB).encoder(batch)

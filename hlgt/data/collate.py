@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS
+from hlgt.data.graph import EDGE_TYPES, GRAPH_PARTS, GRAPH_VARIANTS, NODE_TYPES
 from hlgt.data.vocab import NUM, Vocab
 
 
@@ -42,9 +42,38 @@ class Batch:
     target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
     target_mask: torch.Tensor  # [B, S] True on real target tokens
     answers: list[float]
+    # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
+    # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
+    checked: bool = dataclasses.field(default=False, init=False)
+
+    def check(self) -> None:
+        """``ValueError``, naming the field, when the lengths or the graph tensors are inconsistent.
+        Each test reads a value back (a host synchronisation on a GPU): ``collate`` runs it once,
+        on the CPU, and the model skips it for a checked batch."""
+        B, T = self.tokens.shape
+        if B == 0 or int(self.lengths.min()) < 1 or int(self.lengths.max()) > T:
+            raise ValueError(f"lengths must lie in [1, {T}] for a non-empty batch, got {self.lengths.tolist()}")
+        N, E, L = self.node_batch.numel(), self.edge_type.numel(), self.line_index.size(-1)
+        shapes = {"node_pos": (self.node_pos.shape, (N,)), "node_type": (self.node_type.shape, (N,)),
+                  "edge_index": (self.edge_index.shape, (2, E)), "line_index": (self.line_index.shape, (2, L))}
+        for name, (got, want) in shapes.items():
+            if tuple(got) != want:
+                raise ValueError(f"batch.{name} has shape {tuple(got)}, expected {want}")
+        ranges = [("node_batch", self.node_batch, B), ("node_type", self.node_type, len(NODE_TYPES)),
+                  ("edge_index", self.edge_index, N), ("edge_type", self.edge_type, len(EDGE_TYPES)),
+                  ("line_index", self.line_index, E)]
+        for name, t, high in ranges:
+            if t.numel() and (int(t.min()) < 0 or int(t.max()) >= high):
+                raise ValueError(f"batch.{name} has values outside [0, {high})")
+        if N and bool((self.node_pos < 0).any() | (self.node_pos >= self.lengths[self.node_batch]).any()):
+            raise ValueError("batch.node_pos points outside its problem's tokens")
+        if E and bool((self.node_batch[self.edge_index[0]] != self.node_batch[self.edge_index[1]]).any()):
+            raise ValueError("batch.edge_index links nodes of different problems")
+        if L and bool((self.edge_index[1, self.line_index[0]] != self.edge_index[0, self.line_index[1]]).any()):
+            raise ValueError("batch.line_index has a line edge (i->j) => (k->l) with j != k")
 
     def to(self, device: torch.device | str) -> "Batch":
-        return dataclasses.replace(
+        moved = dataclasses.replace(
             self,
             **{
                 f.name: getattr(self, f.name).to(device)
@@ -52,6 +81,8 @@ class Batch:
                 if isinstance(getattr(self, f.name), torch.Tensor)
             },
         )
+        moved.checked = self.checked
+        return moved
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -155,7 +186,7 @@ def collate(
     t_counts = np.array([len(t) for t in targets], dtype=np.int64)
     s = max(int(t_counts.max()), 1)
 
-    return Batch(
+    batch = Batch(
         ids=[str(r["id"]) for r in rows],
         tokens=torch.from_numpy(tokens),
         lengths=torch.from_numpy(lengths),
@@ -172,6 +203,9 @@ def collate(
         target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
         answers=[float(r["answer"]) for r in rows],
     )
+    batch.check()
+    batch.checked = True
+    return batch
 
 
 def iter_batches(

@@ -106,10 +106,10 @@ class Encoder(nn.Module):
 
     def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
         """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
+        if not batch.checked:  # a batch from collate was checked there, on the CPU: no host sync here
+            batch.check()
         tokens, lengths = batch.tokens, batch.lengths
         B, T = tokens.shape
-        if B == 0 or int(lengths.min()) < 1 or int(lengths.max()) > T:
-            raise ValueError(f"lengths must lie in [1, {T}] for a non-empty batch, got {lengths.tolist()}")
         mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
         h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision)              # [B, T, H], [4, B, H]
@@ -122,7 +122,6 @@ class Encoder(nn.Module):
 
     def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:
         """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
-        check_graph(batch)
         B, T, H = h_b.shape
         flat = h_b.reshape(B * T, H)                                              # [B*T, H]
         row = batch.node_batch * T + batch.node_pos                               # [N]
@@ -134,29 +133,6 @@ class Encoder(nn.Module):
         summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T, H]
         h_str = torch.where(count > 0, summed / count.clamp(min=1), flat)         # [B*T, H]
         return h_str.view(B, T, H)
-
-
-def check_graph(batch: Batch) -> None:
-    """Raise ValueError, naming the field, when the batch's graph tensors are inconsistent."""
-    B, T = batch.tokens.shape
-    N, E, L = batch.node_batch.numel(), batch.edge_type.numel(), batch.line_index.size(-1)
-    shapes = {"node_pos": (batch.node_pos.shape, (N,)), "node_type": (batch.node_type.shape, (N,)),
-              "edge_index": (batch.edge_index.shape, (2, E)), "line_index": (batch.line_index.shape, (2, L))}
-    for name, (got, want) in shapes.items():
-        if tuple(got) != want:
-            raise ValueError(f"batch.{name} has shape {tuple(got)}, expected {want}")
-    ranges = [("node_batch", batch.node_batch, B), ("node_type", batch.node_type, len(NODE_TYPES)),
-              ("edge_index", batch.edge_index, N), ("edge_type", batch.edge_type, len(EDGE_TYPES)),
-              ("line_index", batch.line_index, E)]
-    for name, t, high in ranges:
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= high):
-            raise ValueError(f"batch.{name} has values outside [0, {high})")
-    if N and bool((batch.node_pos < 0).any() | (batch.node_pos >= batch.lengths[batch.node_batch]).any()):
-        raise ValueError("batch.node_pos points outside its problem's tokens")
-    if E and bool((batch.node_batch[batch.edge_index[0]] != batch.node_batch[batch.edge_index[1]]).any()):
-        raise ValueError("batch.edge_index links nodes of different problems")
-    if L and bool((batch.edge_index[1, batch.line_index[0]] != batch.edge_index[0, batch.line_index[1]]).any()):
-        raise ValueError("batch.line_index has a line edge (i->j) => (k->l) with j != k")
 
 
 class HLGTGraphEncoder(nn.Module):
