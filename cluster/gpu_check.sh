@@ -1,0 +1,37 @@
+#!/bin/bash
+# The GPU checks of the open issues, as one call on a lent GPU machine without Ray or internet
+# (torch with CUDA, torch-geometric, pyarrow): training speed of `full` and `gts` on the same card
+# in the same call, then their learning curves side by side on the full Math23K training split,
+# time-boxed. Build the shards on a machine with the annotator first and carry them:
+#
+#   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
+#   bash cluster/gpu_check.sh                                   # there: logs under $OUT
+#
+# Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
+# offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
+# BATCH (64, the paper's). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the same
+# steps on the CPU in a minute (tests/test_cluster.py).
+set -u
+OUT=${OUT:-gpu-out}
+DEVICE=${DEVICE:-cuda}
+DATASET=${DATASET:-math23k}
+SHARDS=${SHARDS:-datasets/processed/${DATASET}-offline}
+MINUTES=${MINUTES:-6}
+LIMIT=${LIMIT:-3200}
+BATCH=${BATCH:-64}
+mkdir -p "$OUT"
+status=0
+{ nvidia-smi || true; python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
+  > "$OUT/machine.txt" 2>&1
+
+echo "[gpu_check] speed: full and gts, same card, same call" >&2
+python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
+  --batch-size "$BATCH" --decode-limit 64 --ablation full,gts > "$OUT/bench.txt" 2>&1 || status=1
+tail -4 "$OUT/bench.txt" >&2
+
+echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
+python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \
+  --limit 1000000 --ablation gts,full --jobs 2 --set "train.max_minutes=$MINUTES" --set "train.batch_size=$BATCH" \
+  --out "$OUT/curve" > "$OUT/curve.log" 2>&1 || status=1
+tail -12 "$OUT/curve.log" >&2
+exit $status
