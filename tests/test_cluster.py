@@ -53,10 +53,11 @@ def _cluster_module(name):
 
 def test_runtime_env_never_carries_the_api_key(monkeypatch):
     submit = _cluster_module("submit")
+    for name in submit.PASSED_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-value")
     monkeypatch.setenv("WANDB_PROJECT", "hlgt-test")
     monkeypatch.setenv("HLGT_STORAGE", "s3://bucket/hlgt")
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     env = submit.runtime_env(upload=True)
     assert "secret-key-value" not in repr(env)
     assert env["env_vars"] == {"WANDB_PROJECT": "hlgt-test", "HLGT_STORAGE": "s3://bucket/hlgt"}
