@@ -8,6 +8,7 @@ experiment, then ``hlgt.sweep.results``.
 """
 from __future__ import annotations
 
+import os
 import time
 
 from hlgt import config as C
@@ -89,7 +90,7 @@ def epoch_lines():
 
     class EpochLines(Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            if C.EPOCH not in result:
+            if C.EPOCH not in result or C.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
             val = (f" | val value {100 * result[C.VAL_VALUE_ACC]:.1f}%" if C.VAL_VALUE_ACC in result else "")
             print(f"[sweep] {trial} epoch {result[C.EPOCH]} | loss {result.get(C.TRAIN_LOSS, float('nan')):.4f}{val} | "
@@ -154,6 +155,8 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
     from hlgt.train.launch import init_ray
 
     init_ray(address, workers_to_console=plan.verbose)
+    if not plan.verbose:
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all
     started = time.perf_counter()
     announce(plan)
     grids = {arm: run_arm(plan, arm) for arm in plan.arms}
