@@ -21,3 +21,22 @@ def test_bench_prints_both_arms_with_bf16_decoding(tmp_path, capsys, monkeypatch
 def test_bench_rejects_unknown_arms():
     with pytest.raises(SystemExit, match="unknown ablation arm 'nope'"):
         main(["--dataset", "sample", "--arms", "full,nope"])  # --arms: the older name of --ablation
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_profile_counts_operators_and_host_syncs_per_step(tmp_path):
+    from hlgt.config import Config
+    from hlgt.data.build import ensure_shards
+    from hlgt.data.shards import load_rows, load_vocab
+    from hlgt.train.bench import profile_steps
+
+    cfg = Config.from_flat({"data.dataset": "sample", "data.shards_dir": str(tmp_path), "train.batch_size": 16,
+                            "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1})
+    shards = ensure_shards(cfg)
+    r = profile_steps(cfg, load_rows(shards, "train"), load_vocab(shards), steps=2)
+    assert r["ops_per_step"] == r["cpu_gru_ops_per_step"] + r["other_ops_per_step"] > r["top_level_ops_per_step"] > 0
+    assert r["cpu_gru_ops_per_step"] > 0 and r["optimizer_ops_per_step"] > 0
+    # Collate checked the batches: the encoder reads no lengths or graph index back.
+    assert r["syncs_per_step"] == sum(r["syncs"].values()) and r["syncs_per_step"] < 20
+    with pytest.raises(ValueError, match="needs 101"):
+        profile_steps(cfg, load_rows(shards, "train"), load_vocab(shards), steps=100)
