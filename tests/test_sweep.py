@@ -175,3 +175,22 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(SystemExit):  # no abbreviations: --abl is not --ablation
         command.build_parser().parse_args(["--abl", "gts"])
     assert "unrecognized arguments: --abl" in capsys.readouterr().err
+
+
+def test_trials_are_packed_on_a_gpu_by_measured_memory():
+    from hlgt.sweep.experiments import CUDA_CONTEXT_BYTES, trials_per_gpu
+
+    gib = 2**30
+    # An H100's 80 GiB, 64 of them usable: a 2.4 GiB trial plus its context fits 21 times.
+    assert trials_per_gpu(80 * gib, int(2.4 * gib)) == int(64 * gib // (int(2.4 * gib) + CUDA_CONTEXT_BYTES))
+    assert trials_per_gpu(16 * gib, 20 * gib) == 1  # too big for the margin: still one
+    assert trials_per_gpu(24 * gib, 9 * gib) == 2
+
+
+def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
+    args = command.build_parser().parse_args(["--storage", str(tmp_path)])
+    assert command.make_plan(args).gpus_per_worker is None  # decided once Ray is up
+    args = command.build_parser().parse_args(["--storage", str(tmp_path), "--gpus-per-trial", "0"])
+    assert command.make_plan(args).gpus_per_worker == 0.0
+    with pytest.raises(SystemExit, match="must be >= 0"):
+        command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])

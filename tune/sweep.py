@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", default=None, choices=["asha", "median", "fifo"], help="default asha")
     p.add_argument("--workers-per-trial", type=int, default=1)
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per training worker")
-    p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per training worker (> 0 trains on GPU)")
+    p.add_argument("--gpus-per-trial", type=float, default=None,
+                   help="GPUs per training worker (0: CPUs only; default: on a cluster with GPUs, as many "
+                        "trials per GPU as fit in its memory, measured by one probe step)")
     p.add_argument("--max-concurrent", type=int, default=0, help="trials at once (default: what the cluster fits)")
     p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
@@ -123,7 +125,9 @@ def base_overrides(args: argparse.Namespace, spec: dict, dataset: str) -> dict[s
     base.update(parse_overrides(args.set))
     if args.no_wandb:
         base["train.wandb"] = False
-    if args.gpus_per_trial > 0:
+    if args.gpus_per_trial is not None and args.gpus_per_trial < 0:
+        raise ValueError(f"--gpus-per-trial must be >= 0, got {args.gpus_per_trial:g}")
+    if args.gpus_per_trial:
         base["train.use_gpu"] = True
     base["train.workers"] = args.workers_per_trial
     return {k: v for k, v in Config.from_flat(base).to_flat().items() if k in base}

@@ -64,6 +64,64 @@ def scheduler(kind: str, epochs: int):
     raise ValueError(f"unknown scheduler {kind!r}; choose asha, median or fifo")
 
 
+# Packing trials on one GPU: memory kept free, and what one process's CUDA context takes beyond
+# what torch allocates (not in max_memory_allocated).
+GPU_MEMORY_MARGIN = 0.2
+CUDA_CONTEXT_BYTES = 600 * 2**20
+
+
+def trials_per_gpu(total_bytes: int, trial_peak_bytes: int) -> int:
+    """How many training processes share one GPU: as many as fit in its memory less the margin,
+    each with its CUDA context; at least 1."""
+    usable = total_bytes * (1 - GPU_MEMORY_MARGIN)
+    return max(1, int(usable // (trial_peak_bytes + CUDA_CONTEXT_BYTES)))
+
+
+def probe_gpu_memory(plan: Plan) -> tuple[int, int]:
+    """(the largest peak GPU memory of one training step over the plan's arms, on the batch of
+    the longest training problems; the GPU's total memory). Runs on a GPU worker."""
+    import torch
+
+    from hlgt.data.collate import collate
+    from hlgt.data.shards import load_rows, load_vocab
+    from hlgt.model.solver import Solver
+
+    shards = next(iter(plan.shards.values()))
+    vocab = load_vocab(shards)
+    cfgs = [Config.from_flat(plan.trial_flat(arm, plan.arm_samples(arm)[0], 0)) for arm in plan.arms]
+    rows = sorted((r for r in load_rows(shards, "train") if r["prefix"] is not None), key=lambda r: -len(r["tokens"]))
+    peak = 0
+    for cfg in cfgs:
+        torch.cuda.reset_peak_memory_stats()
+        solver = Solver(cfg.model, vocab).cuda()
+        opt = torch.optim.Adam(solver.parameters(), lr=cfg.train.lr)
+        out = solver(collate(rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph).to("cuda"))
+        out["loss"].backward()
+        opt.step()
+        peak = max(peak, torch.cuda.max_memory_allocated())
+        del solver, opt, out
+        torch.cuda.empty_cache()
+    return peak, torch.cuda.get_device_properties(0).total_memory
+
+
+def resolve_gpus(plan: Plan) -> None:
+    """``--gpus-per-trial`` not given: CPUs on a cluster without GPUs; on one with GPUs, the share
+    of a GPU that packs ``trials_per_gpu`` trials on it, from one probe step per arm."""
+    import ray
+
+    if plan.gpus_per_worker is not None:
+        return
+    if ray.cluster_resources().get("GPU", 0.0) < 1:
+        plan.gpus_per_worker = 0.0
+        return
+    peak, total = ray.get(ray.remote(num_gpus=1)(probe_gpu_memory).remote(plan))
+    n = trials_per_gpu(total, peak)  # training processes per GPU: a trial's workers count one each
+    plan.gpus_per_worker = 1.0 / n
+    plan.base = {**plan.base, "train.use_gpu": True}
+    print(f"[sweep] one training process peaks at {peak / 2**30:.2f} GiB of a GPU's {total / 2**30:.1f} GiB: "
+          f"{n} per GPU ({plan.gpus_per_worker:.3g} GPU per worker)", flush=True)
+
+
 def concurrency(plan: Plan) -> int:
     """Trials that fit the cluster at once, one CPU left free for Ray Data's read tasks."""
     import ray
@@ -155,6 +213,7 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
     from hlgt.train.launch import init_ray
 
     init_ray(address, workers_to_console=plan.verbose)
+    resolve_gpus(plan)
     if not plan.verbose:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all
     started = time.perf_counter()

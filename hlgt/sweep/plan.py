@@ -26,7 +26,7 @@ class Plan:
     scheduler: str = "asha"
     workers: int = 1
     cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
+    gpus_per_worker: float | None = 0.0  # None: decided when Ray is up (experiments.resolve_gpus)
     max_concurrent: int = 0
     max_failures: int = 1
     wandb: bool = True
