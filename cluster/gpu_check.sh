@@ -24,6 +24,21 @@ status=0
 { nvidia-smi || true; python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
   > "$OUT/machine.txt" 2>&1
 
+echo "[gpu_check] the sweep's GPU memory probe: trials per GPU" >&2
+DATASET="$DATASET" SHARDS="$SHARDS" python - > "$OUT/trials_per_gpu.txt" 2>&1 <<'PY' || status=1
+import os, torch
+from hlgt.sweep.experiments import probe_gpu_memory, trials_per_gpu
+from hlgt.sweep.plan import Plan
+if torch.cuda.is_available():
+    plan = Plan(name="probe", storage="/tmp", base={"data.dataset": os.environ["DATASET"]}, arms=["full", "gts"],
+                samples=[{}], replicates=[{"data.fold": 0, "train.seed": 1}], shards={0: os.environ["SHARDS"]})
+    peak, total = probe_gpu_memory(plan)
+    print(f"peak {peak / 2**30:.2f} GiB of {total / 2**30:.1f} GiB: {trials_per_gpu(total, peak)} trials per GPU")
+else:
+    print("no CUDA device: probe skipped")
+PY
+tail -1 "$OUT/trials_per_gpu.txt" >&2
+
 echo "[gpu_check] speed: full and gts, same card, same call" >&2
 python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
   --batch-size "$BATCH" --decode-limit 64 --ablation full,gts > "$OUT/bench.txt" 2>&1 || status=1

@@ -194,3 +194,15 @@ def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
     assert command.make_plan(args).gpus_per_worker == 0.0
     with pytest.raises(SystemExit, match="must be >= 0"):
         command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_gpu_memory_probe_measures_one_step_per_arm(tmp_path):
+    from hlgt.sweep.experiments import probe_gpu_memory, trials_per_gpu
+
+    args = command.build_parser().parse_args(["--smoke-test", "--ablation", "gts", "--storage", str(tmp_path),
+                                              "--set", f"data.shards_dir={tmp_path / 'p'}"])
+    plan = command.make_plan(args)
+    plan.shards = build_shards(plan)
+    peak, total = probe_gpu_memory(plan)
+    assert 0 < peak < total and trials_per_gpu(total, peak) >= 1
