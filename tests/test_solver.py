@@ -352,3 +352,16 @@ def test_every_parameter_gets_a_gradient(kw, max_ops):
     with torch.no_grad():
         untied = model(batch)["loss"]
     torch.testing.assert_close(model(batch)["loss"].detach(), untied)
+
+
+def test_targets_planned_before_the_step_give_the_same_losses():
+    # The training loop lays the gold trees out on the CPU (a GPU step would wait for their sizes).
+    model = solver(encoder="hlgt")
+    model.eval()  # no dropout: the two passes must agree exactly
+    batch = collate(make_rows(6, 3), VOCAB)
+    plain = model(batch)
+    planned = model.plan_targets(batch)
+    assert planned.tree_plan is not None and planned.to("cpu").tree_plan is not None and planned.to("cpu").checked
+    ahead = model(planned.to("cpu"))
+    for key in ("loss", "tree_loss", "com_loss"):
+        assert torch.equal(plain[key], ahead[key])

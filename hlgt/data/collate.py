@@ -42,6 +42,9 @@ class Batch:
     target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
     target_mask: torch.Tensor  # [B, S] True on real target tokens
     answers: list[float]
+    # The gold trees laid out for the decoder (hlgt.model.tree_decoder.TreePlan), when the caller
+    # made them on the CPU before moving the batch (Solver.plan_targets); to() moves them along.
+    tree_plan: Any = None
     # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
     # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
     checked: bool = dataclasses.field(default=False, init=False)
@@ -82,6 +85,8 @@ class Batch:
             },
         )
         moved.checked = self.checked
+        if self.tree_plan is not None:
+            moved.tree_plan = self.tree_plan.to(device)
         return moved
 
     def __len__(self) -> int:

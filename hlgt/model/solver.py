@@ -36,7 +36,7 @@ from hlgt.data.collate import Batch
 from hlgt.data.vocab import Vocab
 from hlgt.model.comparison import Comparison
 from hlgt.model.encoder import Encoder
-from hlgt.model.tree_decoder import TreeDecoder
+from hlgt.model.tree_decoder import TreeDecoder, tree_plan
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # Bumped whenever the same weights would compute a different function (format 2: QK-normalised
@@ -64,13 +64,20 @@ class Solver(nn.Module):
         self._check_targets(batch)
         enc = self.encoder(batch)
         out = self.decoder(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
-                           batch.target, batch.target_mask)
+                           batch.target, batch.target_mask, plan=batch.tree_plan)
         tree = self.decoder.loss(out)
         if self.comparison is None:
             com = tree.new_zeros(())
         else:
             com = self.comparison.loss(enc.h_f, enc.h_b, batch.num_pos, batch.num_mask, batch.num_values)
         return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com, "scales": enc.scales()}
+
+    def plan_targets(self, batch: Batch) -> Batch:
+        """The batch with its gold trees laid out for the decoder (``tree_plan``), made here, where
+        the batch is, before it moves to a GPU: the layout reads sizes back, which on a GPU would
+        make every training step wait."""
+        batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
+        return batch
 
     def parts(self) -> dict[str, list[nn.Parameter]]:
         """The model's parameters by part (``hlgt.config.MODEL_PARTS``), for per-part gradient norms;

@@ -44,6 +44,7 @@ one slot and the decoder is trained towards that slot.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -109,6 +110,10 @@ class TreePlan:
     sub_batch: torch.Tensor  # [M] problem index in sub order
     sub_left_row: torch.Tensor  # [M] row of the left child in the next level's sub order (operators)
     sub_right_row: torch.Tensor  # [M] row of the right child in the next level's sub order (operators)
+
+    def to(self, device: torch.device | str) -> "TreePlan":
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                                            if isinstance(getattr(self, f.name), torch.Tensor)})
 
 
 def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreePlan:
@@ -334,14 +339,17 @@ class TreeDecoder(nn.Module):
         return _gated(self.merge(x))
 
     # ---- teacher forcing ------------------------------------------------------------------------
-    def forward(self, memory, mask, problem, num_pos, num_mask, target, target_mask) -> TreeOutput:
+    def forward(self, memory, mask, problem, num_pos, num_mask, target, target_mask,
+                plan: TreePlan | None = None) -> TreeOutput:
         """Teacher-forced logits of every gold token.
 
         memory [B, T, H] token vectors; mask [B, T] True on real tokens; problem [B, H] root goal
-        input; num_pos / num_mask [B, Q]; target / target_mask [B, S] gold prefix ids.
+        input; num_pos / num_mask [B, Q]; target / target_mask [B, S] gold prefix ids; ``plan``:
+        their ``tree_plan``, made beforehand on the CPU (it reads sizes back: host syncs on a GPU),
+        else made here.
         """
         B, _, H = memory.shape
-        plan = tree_plan(target, target_mask, self.n_ops)
+        plan = plan if plan is not None else tree_plan(target, target_mask, self.n_ops)
         cands, cand_valid = self.candidates(memory, num_pos, num_mask)  # [B, O, H]
         O = cands.size(1)
         keys, cand_keys = self.memory_keys(memory), self.candidate_keys(cands)

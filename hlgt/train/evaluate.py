@@ -165,7 +165,8 @@ def tree_loss_sum(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: 
     try:
         for start in range(0, len(kept), batch_size):
             chunk = kept[start:start + batch_size]
-            total += float(solver(collate(chunk, vocab, variant=variant).to(device))["tree_loss"]) * len(chunk)
+            batch = solver.plan_targets(collate(chunk, vocab, variant=variant)).to(device)
+            total += float(solver(batch)["tree_loss"]) * len(chunk)
     finally:
         solver.train(was_training)
     return total, len(kept)
