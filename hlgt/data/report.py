@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="MAWPS fold scheme (see hlgt.data.splits)")
     parser.add_argument("--min-const-freq", type=int, default=5,
                         help="a constant is kept when seen in >= N training equations")
-    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longer training problems are dropped")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longer problems are dropped, in every split")
     args = parser.parse_args(argv)
     folds = list(range(MAWPS_N_FOLDS)) if args.fold == "all" else [int(args.fold)]
     data_dir = resolve_data_dir(args.data_dir)
