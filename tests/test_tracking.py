@@ -1,4 +1,5 @@
 """W&B tracking: mode resolution, the no-op tracker, and an offline run holding the metrics."""
+import time
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,15 @@ def test_offline_run_holds_config_metrics_and_predictions_but_never_the_key(clea
 
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
-    log = next(runs[0].glob("run-*.wandb")).read_bytes()
-    for expected in (b"val/value_acc", b"train/loss", b"model.heads", b"sweep-x", b"full-t1", b"test/value_acc"):
+    # W&B's service process writes the run file; when an earlier test of the session started that
+    # service, finish() can return before the last records are on disk: wait for them (10 s at most).
+    wanted = (b"val/value_acc", b"train/loss", b"model.heads", b"sweep-x", b"full-t1", b"test/value_acc")
+    for _ in range(100):
+        log = next(runs[0].glob("run-*.wandb")).read_bytes()
+        if all(w in log for w in wanted):
+            break
+        time.sleep(0.1)
+    for expected in wanted:
         assert expected in log
     tables = list(runs[0].glob("files/media/table/predictions/*.table.json"))
     assert tables and '"2+3"' in tables[0].read_text()  # the predicted equation, numbers substituted
