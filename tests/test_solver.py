@@ -365,3 +365,8 @@ def test_targets_planned_before_the_step_give_the_same_losses():
     ahead = model(planned.to("cpu"))
     for key in ("loss", "tree_loss", "com_loss"):
         assert torch.equal(plain[key], ahead[key])
+    # The targets' checks run there too, and name the problem.
+    rows = make_rows(3, 4)
+    rows[1] = {**rows[1], "prefix": None}
+    with pytest.raises(ValueError, match=r"problems \['p1'\] have no gold equation"):
+        model.plan_targets(collate(rows, VOCAB))

@@ -61,7 +61,8 @@ class Solver(nn.Module):
         self.uses_every_parameter = cfg.encoder in ("hlgt", "none")
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        self._check_targets(batch)
+        if batch.tree_plan is None:  # plan_targets checked them where the batch was made
+            self._check_targets(batch)
         enc = self.encoder(batch)
         out = self.decoder(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
                            batch.target, batch.target_mask, plan=batch.tree_plan)
@@ -74,8 +75,9 @@ class Solver(nn.Module):
 
     def plan_targets(self, batch: Batch) -> Batch:
         """The batch with its gold trees laid out for the decoder (``tree_plan``), made here, where
-        the batch is, before it moves to a GPU: the layout reads sizes back, which on a GPU would
-        make every training step wait."""
+        the batch is, before it moves to a GPU: the layout and the targets' checks read values
+        back, which on a GPU would make every training step wait."""
+        self._check_targets(batch)
         batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
         return batch
 
