@@ -10,8 +10,11 @@ Path of one batch:
       L graph layers ("hlgt": LineGraphConv then HLGTConv per layer; "hgt"; "rgat"),
       h_str = h^L scattered back to the node's token (the mean when several nodes share a token,
       e.g. a ratio "3:7"); a token that is no node keeps h_b.
-    h_f = [h_seq : h_str] (2H), fused to the decoder's width H by one linear layer:
-    tokens = Linear(2H, H)(h_f). The GTS decoder attends over and copies from one width H.
+    h_f = [h_seq : h_str] (2H), fused to the decoder's width H by one linear layer and normalised:
+    tokens = LayerNorm(Linear(2H, H)(h_f)), no gain or bias. The GTS decoder attends over and copies
+    from one width H. GTS's own memory is a sum of GRU states, bounded by their tanh; the
+    normalisation keeps the fused memory's scale fixed likewise, so that it cannot grow until the
+    decoder's tanh units (attention, scores) saturate.
   problem = forward final state + backward final state of the memory's BiGRU (the word BiGRU's
   top layer for "none", the sequence BiGRU otherwise). With packed sequences this is the forward
   state at the last REAL token (GTS reads the padded last position, zeros for shorter problems).
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch_geometric.nn import HGTConv, RGATConv
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.inits import glorot, zeros
@@ -51,7 +55,7 @@ ENCODERS = ("hlgt", "hgt", "rgat", "none")
 
 @dataclass
 class EncoderOutput:
-    tokens: Tensor   # [B, T, H] decoder memory (graph arms: Linear(h_f); "none": h_b)
+    tokens: Tensor   # [B, T, H] decoder memory (graph arms: LayerNorm(Linear(h_f)); "none": h_b)
     h_f: Tensor      # [B, T, 2H] [h_seq : h_str] for the comparison head ([B, T, H] = h_b for "none")
     h_b: Tensor      # [B, T, H] word representations (eq. 3)
     problem: Tensor  # [B, H] GTS problem vector (final forward + final backward state)
@@ -118,7 +122,8 @@ class Encoder(nn.Module):
         h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision)  # [B, T, H], [2, B, H]
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
         h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
-        return EncoderOutput(tokens=self.fuse(h_f), h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
+        memory = F.layer_norm(self.fuse(h_f), (self.hidden,))                    # [B, T, H]
+        return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
 
     def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:
         """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
@@ -272,11 +277,11 @@ class RelationRGATConv(RGATConv):
         groups = TypeGroups(edge_type, self.num_relations)
         out_i = groups.linear(x_i, self.weight)                                   # [E, heads*out]
         out_j = groups.linear(x_j, self.weight)                                   # [E, heads*out]
-        alpha = torch.nn.functional.leaky_relu(out_i @ self.q + out_j @ self.k, self.negative_slope)  # [E, heads]
+        alpha = F.leaky_relu(out_i @ self.q + out_j @ self.k, self.negative_slope)  # [E, heads]
         alpha = softmax(alpha, index, ptr, size_i)                                # [E, heads]
         self._alpha = alpha
         if self.training and self.dropout > 0:
-            alpha = torch.nn.functional.dropout(alpha, p=self.dropout, training=True)
+            alpha = F.dropout(alpha, p=self.dropout, training=True)
         return alpha.view(-1, self.heads, 1) * out_j.view(-1, self.heads, self.out_channels)  # [E, heads, out]
 
 

@@ -40,9 +40,10 @@ from hlgt.model.tree_decoder import TreeDecoder, tree_plan
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # Bumped whenever the same weights would compute a different function (format 2: QK-normalised
-# HLGT attention, comparison U stored times F), so that an older folder fails to load, not
+# HLGT attention, comparison U stored times F; format 3: the graph arms' fused memory
+# layer-normalised), so that an older folder fails to load, not
 # silently predicts something else.
-WEIGHTS_FORMAT = 2
+WEIGHTS_FORMAT = 3
 
 
 class Solver(nn.Module):
