@@ -1,5 +1,6 @@
 """Encoder: shapes for every arm and switch, batched == separate, gradients, the GTS problem vector,
-token <-> node scattering, the PyG baselines against PyG's own layers, bad input."""
+the normalised fused memory, token <-> node scattering, the PyG baselines against PyG's own
+layers, bad input."""
 import dataclasses
 
 import numpy as np
@@ -168,6 +169,18 @@ def test_graph_without_edges(arm, nodes):
     out = enc(batch)
     out.tokens.sum().backward()
     assert torch.isfinite(out.tokens).all()
+
+
+@pytest.mark.parametrize("arm", [a for a in ARMS if a != "none"])
+def test_graph_arms_memory_is_the_normalised_fusion(arm):
+    enc = make_encoder(**ARMS[arm]).eval()
+    with torch.no_grad():
+        enc.fuse.weight.mul_(50.0)  # a fusion grown large still gives memory of unit scale
+        out = enc(make_batch(PROBLEMS))
+        fused = enc.fuse(out.h_f)
+    expected = (fused - fused.mean(-1, keepdim=True)) / (fused.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    torch.testing.assert_close(out.tokens, expected, atol=1e-4, rtol=1e-4)
+    assert abs(out.tokens[out.mask].std().item() - 1.0) < 0.01
 
 
 def test_graph_encoders_change_only_node_tokens():
