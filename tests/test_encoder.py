@@ -1,6 +1,6 @@
 """Encoder: shapes for every arm and switch, batched == separate, gradients, the GTS problem vector,
-the normalised fused memory, token <-> node scattering, the PyG baselines against PyG's own
-layers, bad input."""
+the decoder memory (h_b plus the normalised fusion), token <-> node scattering, the PyG
+baselines against PyG's own layers, bad input."""
 import dataclasses
 
 import numpy as np
@@ -24,6 +24,7 @@ ARMS = {
     "rgat": {"encoder": "rgat"},
     "none": {"encoder": "none"},
 }
+GRAPH_ARMS = [a for a in ARMS if a != "none"]
 
 
 def make_encoder(seed=0, **kw) -> Encoder:
@@ -110,6 +111,9 @@ def test_gradient_reaches_every_parameter(arm):
     batch = make_batch(all_types + PROBLEMS)
     assert set(batch.edge_type.tolist()) == set(range(len(EDGE_TYPES)))
     enc = make_encoder(**ARMS[arm])
+    if arm != "none":  # the fusion's gain starts at zero, and with it the fusion's gradient
+        with torch.no_grad():
+            enc.fusion[1].weight.fill_(0.5)
     out = enc(batch)
     (out.tokens.sum() + out.h_f.sum() + out.problem.sum()).backward()
     present = set()
@@ -149,17 +153,17 @@ def test_node_type_switch_uses_one_type(encoder):
         assert all(c.w_qkv.size(0) == 1 and c.u_o.size(0) == 1 for c in enc.graph.node_layers)
     batch = make_batch(PROBLEMS)
     with torch.no_grad():
-        a = enc(batch).tokens
-        b = enc(dataclasses.replace(batch, node_type=torch.randint(0, 7, batch.node_type.shape))).tokens
+        a = enc(batch).h_f
+        b = enc(dataclasses.replace(batch, node_type=torch.randint(0, 7, batch.node_type.shape))).h_f
     torch.testing.assert_close(a, b)
     typed = make_encoder(encoder=encoder).eval()
     with torch.no_grad():
-        c = typed(batch).tokens
-        d = typed(dataclasses.replace(batch, node_type=(batch.node_type + 1) % 7)).tokens
+        c = typed(batch).h_f
+        d = typed(dataclasses.replace(batch, node_type=(batch.node_type + 1) % 7)).h_f
     assert not torch.allclose(c, d)
 
 
-@pytest.mark.parametrize("arm", [a for a in ARMS if a != "none"])
+@pytest.mark.parametrize("arm", GRAPH_ARMS)
 @pytest.mark.parametrize("nodes", [0, 4])
 def test_graph_without_edges(arm, nodes):
     empty = [problem(20, 8, nodes, 0), problem(21, 6, min(nodes, 2), 0)]
@@ -171,16 +175,26 @@ def test_graph_without_edges(arm, nodes):
     assert torch.isfinite(out.tokens).all()
 
 
-@pytest.mark.parametrize("arm", [a for a in ARMS if a != "none"])
-def test_graph_arms_memory_is_the_normalised_fusion(arm):
+@pytest.mark.parametrize("arm", GRAPH_ARMS)
+def test_graph_arms_memory_starts_as_gts(arm):
     enc = make_encoder(**ARMS[arm]).eval()
     with torch.no_grad():
-        enc.fuse.weight.mul_(50.0)  # a fusion grown large still gives memory of unit scale
         out = enc(make_batch(PROBLEMS))
-        fused = enc.fuse(out.h_f)
+    torch.testing.assert_close(out.tokens, out.h_b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("arm", GRAPH_ARMS)
+def test_graph_arms_memory_adds_the_normalised_fusion(arm):
+    enc = make_encoder(**ARMS[arm]).eval()
+    linear, norm = enc.fusion
+    with torch.no_grad():
+        norm.weight.fill_(1.0)
+        linear.weight.mul_(50.0)  # a fusion grown large still adds a unit-scale term
+        out = enc(make_batch(PROBLEMS))
+        fused = linear(out.h_f)
     expected = (fused - fused.mean(-1, keepdim=True)) / (fused.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
-    torch.testing.assert_close(out.tokens, expected, atol=1e-4, rtol=1e-4)
-    assert abs(out.tokens[out.mask].std().item() - 1.0) < 0.01
+    torch.testing.assert_close(out.tokens - out.h_b, expected, atol=1e-4, rtol=1e-4)
+    assert abs((out.tokens - out.h_b)[out.mask].std().item() - 1.0) < 0.01
 
 
 def test_graph_encoders_change_only_node_tokens():

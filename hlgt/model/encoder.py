@@ -10,11 +10,11 @@ Path of one batch:
       L graph layers ("hlgt": LineGraphConv then HLGTConv per layer; "hgt"; "rgat"),
       h_str = h^L scattered back to the node's token (the mean when several nodes share a token,
       e.g. a ratio "3:7"); a token that is no node keeps h_b.
-    h_f = [h_seq : h_str] (2H), fused to the decoder's width H by one linear layer and normalised:
-    tokens = LayerNorm(Linear(2H, H)(h_f)), no gain or bias. The GTS decoder attends over and copies
-    from one width H. GTS's own memory is a sum of GRU states, bounded by their tanh; the
-    normalisation keeps the fused memory's scale fixed likewise, so that it cannot grow until the
-    decoder's tanh units (attention, scores) saturate.
+    h_f = [h_seq : h_str] (2H) enters the decoder's width H as a normalised residual on h_b:
+    tokens = h_b + LayerNorm(Linear(2H, H)(h_f)), the LayerNorm's gain starting at zero. The
+    memory thus starts as GTS's (h_b, a sum of GRU states bounded by their tanh) and takes in the
+    sequence and graph encoders as the gain grows; the normalisation bounds what they add, so that
+    the memory cannot grow until the decoder's tanh units (attention, scores) saturate.
   problem = forward final state + backward final state of the memory's BiGRU (the word BiGRU's
   top layer for "none", the sequence BiGRU otherwise). With packed sequences this is the forward
   state at the last REAL token (GTS reads the padded last position, zeros for shorter problems).
@@ -55,7 +55,7 @@ ENCODERS = ("hlgt", "hgt", "rgat", "none")
 
 @dataclass
 class EncoderOutput:
-    tokens: Tensor   # [B, T, H] decoder memory (graph arms: LayerNorm(Linear(h_f)); "none": h_b)
+    tokens: Tensor   # [B, T, H] decoder memory (graph arms: h_b + LayerNorm(Linear(h_f)); "none": h_b)
     h_f: Tensor      # [B, T, 2H] [h_seq : h_str] for the comparison head ([B, T, H] = h_b for "none")
     h_b: Tensor      # [B, T, H] word representations (eq. 3)
     problem: Tensor  # [B, H] GTS problem vector (final forward + final backward state)
@@ -101,12 +101,18 @@ class Encoder(nn.Module):
             self.graph = HGTGraphEncoder(H, cfg.heads, cfg.layers, NODE_TYPES if cfg.node_type else ("node",))
         else:
             self.graph = RGATGraphEncoder(H, cfg.heads, cfg.layers)
-        self.fuse = nn.Linear(2 * H, H)
+        self.fusion = nn.Sequential(nn.Linear(2 * H, H), nn.LayerNorm(H))
+        self._zero_fusion_gain()
 
     def reset_parameters(self) -> None:
         for module in self.modules():
             if module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
+        self._zero_fusion_gain()
+
+    def _zero_fusion_gain(self) -> None:
+        if self.kind != "none":
+            nn.init.zeros_(self.fusion[1].weight)
 
     def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
         """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
@@ -122,7 +128,7 @@ class Encoder(nn.Module):
         h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision)  # [B, T, H], [2, B, H]
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
         h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
-        memory = F.layer_norm(self.fuse(h_f), (self.hidden,))                    # [B, T, H]
+        memory = h_b + self.fusion(h_f)                                           # [B, T, H]
         return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
 
     def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:

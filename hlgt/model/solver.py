@@ -40,10 +40,10 @@ from hlgt.model.tree_decoder import TreeDecoder, tree_plan
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # Bumped whenever the same weights would compute a different function (format 2: QK-normalised
-# HLGT attention, comparison U stored times F; format 3: the graph arms' fused memory
-# layer-normalised), so that an older folder fails to load, not
+# HLGT attention, comparison U stored times F; format 4: the graph arms' decoder memory
+# h_b + LayerNorm(Linear(h_f))), so that an older folder fails to load, not
 # silently predicts something else.
-WEIGHTS_FORMAT = 3
+WEIGHTS_FORMAT = 4
 
 
 class Solver(nn.Module):
@@ -87,7 +87,7 @@ class Solver(nn.Module):
         a part the model lacks (the GTS arm's graph layers) is absent."""
         modules = {"embedding": self.encoder.embedding, "word_gru": self.encoder.word_gru,
                    "seq_gru": getattr(self.encoder, "seq_gru", None), "graph": getattr(self.encoder, "graph", None),
-                   "fusion": getattr(self.encoder, "fuse", None), "decoder": self.decoder,
+                   "fusion": getattr(self.encoder, "fusion", None), "decoder": self.decoder,
                    "comparison": self.comparison}
         return {name: list(m.parameters()) for name, m in modules.items() if m is not None}
 
