@@ -76,14 +76,7 @@ class Batch:
             raise ValueError("batch.line_index has a line edge (i->j) => (k->l) with j != k")
 
     def to(self, device: torch.device | str) -> "Batch":
-        moved = dataclasses.replace(
-            self,
-            **{
-                f.name: getattr(self, f.name).to(device)
-                for f in dataclasses.fields(self)
-                if isinstance(getattr(self, f.name), torch.Tensor)
-            },
-        )
+        moved = tensors_to(self, device)
         moved.checked = self.checked
         if self.tree_plan is not None:
             moved.tree_plan = self.tree_plan.to(device)
@@ -91,6 +84,12 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+def tensors_to(obj, device: torch.device | str):
+    """A copy of a dataclass instance with its tensor fields on ``device`` (the others shared)."""
+    return dataclasses.replace(obj, **{f.name: getattr(obj, f.name).to(device) for f in dataclasses.fields(obj)
+                                       if isinstance(getattr(obj, f.name), torch.Tensor)})
 
 
 def _variant_parts(variant: str) -> np.ndarray:

@@ -46,12 +46,13 @@ one slot and the decoder is trained towards that slot.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hlgt.data.collate import tensors_to
 
 NEG = -1e12  # GTS's mask value for logits of padded numbers and padded tokens
 
@@ -114,8 +115,7 @@ class TreePlan:
     sub_right_row: torch.Tensor  # [M] row of the right child in the next level's sub order (operators)
 
     def to(self, device: torch.device | str) -> "TreePlan":
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
-                                            if isinstance(getattr(self, f.name), torch.Tensor)})
+        return tensors_to(self, device)
 
 
 def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreePlan:
