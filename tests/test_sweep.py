@@ -206,3 +206,31 @@ def test_the_gpu_memory_probe_measures_one_step_per_arm(tmp_path):
     plan.shards = build_shards(plan)
     peak, total = probe_gpu_memory(plan)
     assert 0 < peak < total and trials_per_gpu(total, peak) >= 1
+
+
+def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_starts_over(tmp_path, capsys):
+    from hlgt.model.solver import WEIGHTS_FORMAT
+    from hlgt.sweep.plan import check_saved_weights, remove_earlier
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "again"]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    check_saved_weights(plan)  # a new sweep: nothing saved yet
+
+    def save(folder: Path, fmt: int) -> None:
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"model.hidden_size": 8, "weights_format": fmt}))
+        (folder / "model.pt").write_bytes(b"")
+
+    root = Path(plan.root)
+    save(root / "train" / "full-s0-r0-a" / "best", WEIGHTS_FORMAT)
+    check_saved_weights(plan)  # this version's models: the sweep resumes
+    save(root / "train" / "full-s0-r0-b" / "checkpoint_1" / "best", WEIGHTS_FORMAT - 1)
+    with pytest.raises(SystemExit, match=rf"holds models of weights format {WEIGHTS_FORMAT - 1} .*full-s0-r0-b.*"
+                                         rf"computes format {WEIGHTS_FORMAT}: re-run with --fresh"):
+        command.main(argv)
+
+    remove_earlier(plan)  # what --fresh does before the sweep starts
+    assert not root.exists() and (tmp_path / "sweeps").is_dir()
+    assert "--fresh: removing" in capsys.readouterr().out
+    check_saved_weights(plan)
+    remove_earlier(plan)  # nothing to remove: no error

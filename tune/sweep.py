@@ -18,7 +18,9 @@ reference unless ``--no-reference``. Each arm is its own Tune experiment (``<sto
 ``hlgt/sweep/experiments.py``) so that the scheduler (ASHA by default, ``--scheduler
 fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
-kept, unfinished ones continue from their last checkpoint.
+kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead; a
+sweep whose saved models an older version wrote (another weights format) stops before Ray starts
+and says so.
 
 Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
 best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
@@ -39,7 +41,7 @@ from typing import Any
 
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import Plan, build_shards, check_trials
+from hlgt.sweep.plan import Plan, build_shards, check_saved_weights, check_trials, remove_earlier
 from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
@@ -82,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
+    p.add_argument("--fresh", action="store_true",
+                   help="start the sweep of this name over: remove its earlier trials, checkpoints and results first")
     p.add_argument("--storage", default=None, help="results root (default $HLGT_STORAGE/sweeps, else runs/sweeps)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--no-wandb", action="store_true", help="no W&B runs")
@@ -175,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         plan = make_plan(args)
+        if args.fresh:
+            remove_earlier(plan)
+        else:
+            check_saved_weights(plan)
     except ValueError as e:  # an unknown arm, config key or value, or a bad YAML file: the message says which
         raise SystemExit(f"sweep: {e}")
     plan.shards = build_shards(plan, address=args.address)

@@ -6,6 +6,8 @@ order. An arm trains only the samples that differ in what its model reads.
 """
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,59 @@ def check_trials(plan: Plan) -> None:
                 except ValueError as e:
                     raise ValueError(f"trial {arm} {describe(params)} fold={rep['data.fold']} "
                                      f"seed={rep['train.seed']}: {e}") from None
+
+
+def _filesystem(root: str):
+    """(pyarrow filesystem, path in it) of a sweep root: a local absolute path or an S3 URI."""
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(root)
+
+
+def saved_weights_formats(plan: Plan) -> dict[int, str]:
+    """The weights formats of the models an earlier sweep of this name saved: format -> one folder
+    holding it (empty when the sweep is new)."""
+    import pyarrow.fs
+
+    from hlgt.model.solver import CONFIG_FILE, WEIGHTS_FILE
+
+    fs, root = _filesystem(plan.root)
+    files = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True, recursive=True))
+    found: dict[int, str] = {}
+    for f in files:
+        if f.base_name != WEIGHTS_FILE:
+            continue
+        folder = f.path.rsplit("/", 1)[0]
+        with fs.open_input_stream(f"{folder}/{CONFIG_FILE}") as config:
+            found.setdefault(json.loads(config.read()).get("weights_format", 1), folder)
+    return found
+
+
+def check_saved_weights(plan: Plan) -> None:
+    """Before a sweep resumes: ``ValueError`` when an earlier sweep of this name saved models of
+    another weights format than this version computes (its finished trials would be kept, and
+    their models could not be loaded for the test evaluation)."""
+    from hlgt.model.solver import WEIGHTS_FORMAT
+
+    stale = {fmt: folder for fmt, folder in saved_weights_formats(plan).items() if fmt != WEIGHTS_FORMAT}
+    if stale:
+        fmt, folder = next(iter(stale.items()))
+        raise ValueError(f"{plan.root} holds models of weights format {fmt} (e.g. {folder}), saved by an earlier "
+                         f"version; this version computes format {WEIGHTS_FORMAT}: re-run with --fresh to retrain "
+                         f"every trial (the earlier results under this name are removed), or give another --name")
+
+
+def remove_earlier(plan: Plan) -> None:
+    """``--fresh``: remove what an earlier sweep of this name left (Tune state, checkpoints, W&B
+    runs, results), so that every trial trains anew."""
+    import pyarrow.fs
+
+    fs, root = _filesystem(plan.root)
+    if fs.get_file_info(root).type != pyarrow.fs.FileType.NotFound:
+        print(f"[sweep] --fresh: removing {plan.root}", flush=True)
+        fs.delete_dir(root)
+    if is_uri(plan.root) and plan.local_dir.is_dir():
+        shutil.rmtree(plan.local_dir)
 
 
 def build_shards(plan: Plan, address: str | None = None) -> dict[int, str]:
