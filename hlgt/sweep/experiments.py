@@ -85,6 +85,7 @@ def probe_gpu_memory(plan: Plan) -> tuple[int, int]:
     from hlgt.data.collate import collate
     from hlgt.data.shards import load_rows, load_vocab
     from hlgt.model.solver import Solver
+    from hlgt.train.loop import make_optimizer
 
     shards = next(iter(plan.shards.values()))
     vocab = load_vocab(shards)
@@ -94,7 +95,7 @@ def probe_gpu_memory(plan: Plan) -> tuple[int, int]:
     for cfg in cfgs:
         torch.cuda.reset_peak_memory_stats()
         solver = Solver(cfg.model, vocab).cuda()
-        opt = torch.optim.Adam(solver.parameters(), lr=cfg.train.lr)
+        opt, _ = make_optimizer(cfg, solver)
         out = solver(collate(rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph).to("cuda"))
         out["loss"].backward()
         opt.step()

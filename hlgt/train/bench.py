@@ -43,10 +43,11 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     from hlgt.data.collate import iter_batches
     from hlgt.inference import predict
     from hlgt.model.solver import Solver
+    from hlgt.train.loop import make_optimizer
 
     torch.manual_seed(cfg.train.seed)
     solver = Solver(cfg.model, vocab).to(device)
-    opt = torch.optim.Adam(solver.parameters(), lr=cfg.train.lr)
+    opt, _ = make_optimizer(cfg, solver)
     solver.train()
     batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                 variant=cfg.data.graph))
@@ -97,11 +98,11 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     from hlgt.data.collate import iter_batches
     from hlgt.model.gru import CPU_GRU
     from hlgt.model.solver import Solver
-    from hlgt.train.loop import EpochStats
+    from hlgt.train.loop import EpochStats, make_optimizer
 
     torch.manual_seed(cfg.train.seed)
     solver = Solver(cfg.model, vocab)
-    opt = torch.optim.Adam(solver.parameters(), lr=cfg.train.lr)
+    opt, _ = make_optimizer(cfg, solver)
     solver.train()
     batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                 variant=cfg.data.graph))[: steps + 1]

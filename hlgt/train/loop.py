@@ -113,8 +113,10 @@ def _load_word_vectors(solver, vocab, path: str, log: Callable[[str], None]) -> 
         f"({found.lines} vectors read, {found.malformed} malformed lines skipped)")
 
 
-def _optimizer(cfg: Config, model: nn.Module):
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+def make_optimizer(cfg: Config, model: nn.Module):
+    """Adam and its step schedule for a model already on its device. Fused: one operator updates
+    every parameter (CPU and CUDA alike), where the per-parameter loop dispatches about 800."""
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, fused=True)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(cfg.train.lr_step, 1), gamma=cfg.train.lr_gamma)
     return opt, sched
 
@@ -333,7 +335,7 @@ class Trainer:
         if cfg.train.word_vectors and self.main and resume_from is None:
             # Rank 0 only: DDP broadcasts rank 0's weights to the others.
             _load_word_vectors(self.solver, self.vocab, cfg.train.word_vectors, self.log)
-        self.opt, self.sched = _optimizer(cfg, self.solver)
+        self.opt, self.sched = make_optimizer(cfg, self.solver)
         self.state = _fresh_state()
         if resume_from is None:
             self.best_weights = copy.deepcopy(self.solver.state_dict())
