@@ -181,3 +181,62 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| full |" in (tmp_path / "out" / "bench.txt").read_text()
     assert (tmp_path / "out" / "curve" / "curve.json").is_file()
+
+
+def _fake_wheel(folder: Path, name: str, files: dict[str, bytes]) -> Path:
+    """A minimal pure-Python wheel holding ``files`` (paths inside the wheel -> contents)."""
+    import zipfile
+
+    dist, version = name, "1.0"
+    info = f"{dist}-{version}.dist-info"
+    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    wheelhouse = _cluster_module("wheelhouse")
+    record = [wheelhouse._record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+        z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, monkeypatch, capsys):
+    import zipfile
+
+    wheelhouse = _cluster_module("wheelhouse")
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _fake_wheel(house, "raylike", {"raylike/__init__.py": b"VALUE = 7\n", "raylike/jars/dist.jar": os.urandom(4096),
+                                           "raylike/static/main.js.map": b"{}", "raylike/static/main.js": b"x"})
+    _fake_wheel(house, "numpy", {"numpy/__init__.py": b""})
+    assert wheelhouse.drop_present(house, ["NumPy", "torch"]) == ["numpy-1.0-py3-none-any.whl"]
+    assert wheelhouse.slim_wheel(wheel, wheelhouse.SLIM_GLOBS + ["raylike/jars/*"]) == 2
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        record = z.read("raylike-1.0.dist-info/RECORD").decode().splitlines()
+        assert "raylike/jars/dist.jar" not in names and "raylike/static/main.js.map" not in names
+        assert {line.split(",")[0] for line in record} == names  # RECORD lists exactly what the wheel holds
+        for line in record[:-1]:
+            name = line.split(",")[0]
+            assert line == wheelhouse._record_line(name, z.read(name))
+    # pip installs the rewritten wheel.
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--target",
+                           str(tmp_path / "site"), str(wheel)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "raylike" / "__init__.py").read_text() == "VALUE = 7\n"
+
+    parts = wheelhouse.pack(house, part_mib=256 / 2**20)  # 256-byte parts: several
+    assert len(parts) > 1 and all(p.stat().st_size <= 256 for p in parts)
+    ran = []
+    monkeypatch.setattr(wheelhouse.subprocess, "run", lambda command, check: ran.append(command))
+    wheelhouse.main(["install", str(parts[0]), "--into", str(tmp_path / "unpacked")])
+    assert (tmp_path / "unpacked" / wheel.name).read_bytes() == wheel.read_bytes()
+    assert ran == [wheelhouse.install_command(tmp_path / "unpacked", wheelhouse.ALSO)]
+    assert ran[0][4:7] == ["--no-index", "--find-links", str(tmp_path / "unpacked")]
+
+    wheelhouse.main(["build", "--out", str(tmp_path / "w"), "--have", "numpy", "--dry-run"])
+    wheelhouse.main(["install", str(parts[0]), "--dry-run", "--into", str(tmp_path / "u2")])
+    out = capsys.readouterr().out
+    assert "pip download 'ray[data,train,tune]==2.60.0' pyyaml matplotlib --only-binary=:all: --python-version 3.12" in out
+    assert f"join {', '.join(p.name for p in parts)}" in out and not (tmp_path / "u2").exists() and len(ran) == 1
