@@ -234,3 +234,22 @@ def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_star
     assert "--fresh: removing" in capsys.readouterr().out
     check_saved_weights(plan)
     remove_earlier(plan)  # nothing to remove: no error
+
+
+def test_a_sweep_trains_on_prebuilt_shards(tmp_path, capsys):
+    from hlgt.data.build import ensure_shards
+    from hlgt.sweep.plan import build_shards
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps")]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    folder = ensure_shards(plan.centre.override({"data.shards_dir": str(tmp_path / "elsewhere")}))
+    assert build_shards(plan, prebuilt=str(folder)) == {0: str(folder.resolve())}
+    (tmp_path / "byfold").mkdir()
+    (tmp_path / "byfold" / "0").symlink_to(folder)
+    assert build_shards(plan, prebuilt=str(tmp_path / "byfold" / "{fold}")) == {0: str(folder.resolve())}
+    plan.replicates = [{"data.fold": 0, "train.seed": 1}, {"data.fold": 1, "train.seed": 1}]
+    with pytest.raises(ValueError, match=r"one folder for folds \[0, 1\]: give a pattern with \{fold\}"):
+        build_shards(plan, prebuilt=str(folder))
+    # A folder built for another dataset is refused before Ray starts, with the command's prefix.
+    with pytest.raises(SystemExit, match=r"sweep: .* holds .*'dataset': 'sample'.* this run needs .*'dataset': 'mawps'"):
+        command.main(["--dataset", "mawps", "--shards", str(folder), "--storage", str(tmp_path / "sweeps")])

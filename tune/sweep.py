@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 allow_abbrev=False)
     p.add_argument("--dataset", default=None, help="sample | math23k | mawps | ape210k (default mawps; sample with --smoke-test)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
+    p.add_argument("--shards", default=None,
+                   help="prebuilt shard folder to train on as is (no raw data or annotator needed); for several "
+                        "folds a pattern with {fold}, e.g. shards/mawps-fold{fold}")
     p.add_argument("--ablation", default=None,
                    help="arm, comma list of arms, or 'all' (%s); default full" % ", ".join(ABLATIONS))
     p.add_argument("--no-reference", action="store_true", help="do not add the full model as the reference arm")
@@ -183,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             remove_earlier(plan)
         else:
             check_saved_weights(plan)
-    except ValueError as e:  # an unknown arm, config key or value, or a bad YAML file: the message says which
+        plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
+    except ValueError as e:  # an unknown arm, config key or value, a bad YAML file or shard folder: the message says which
         raise SystemExit(f"sweep: {e}")
-    plan.shards = build_shards(plan, address=args.address)
     run(plan, address=args.address)
     return 0
 

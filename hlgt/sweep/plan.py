@@ -143,10 +143,18 @@ def remove_earlier(plan: Plan) -> None:
         shutil.rmtree(plan.local_dir)
 
 
-def build_shards(plan: Plan, address: str | None = None) -> dict[int, str]:
-    """The shard folder of every fold the replicates use, built now unless it exists."""
+def build_shards(plan: Plan, address: str | None = None, prebuilt: str | None = None) -> dict[int, str]:
+    """The shard folder of every fold the replicates use: ``prebuilt`` (``--shards``: one folder,
+    or a pattern with ``{fold}`` for several folds; checked, never built), else built now unless
+    it exists."""
     from hlgt.data.build import ensure_shards
+    from hlgt.data.shards import use_shards
 
     folds = sorted({int(r["data.fold"]) for r in plan.replicates})
-    return {fold: str(Path(ensure_shards(plan.centre.override({"data.fold": fold}), address=address)).resolve())
+    if prebuilt is None:
+        return {fold: str(Path(ensure_shards(plan.centre.override({"data.fold": fold}), address=address)).resolve())
+                for fold in folds}
+    if len(folds) > 1 and "{fold}" not in prebuilt:
+        raise ValueError(f"--shards {prebuilt} is one folder for folds {folds}: give a pattern with {{fold}}")
+    return {fold: str(use_shards(plan.centre.override({"data.fold": fold}), prebuilt.format(fold=fold)).resolve())
             for fold in folds}
