@@ -87,7 +87,7 @@ def test_smoke_plan(tmp_path):
     assert plan.samples[0] == {"model.heads": 4, "train.lr": 1e-3, "model.layers": 3}  # the centre, within the space
 
 
-def test_results_table_and_chart(tmp_path):
+def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     rows = [
         {"arm": "full", "config": "heads=4 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 0,
          "val_value_acc_mean": 0.80, "val_value_acc_std": 0.01, "test_value_acc_mean": 0.78,
@@ -102,6 +102,12 @@ def test_results_table_and_chart(tmp_path):
     assert paths["csv"].read_text().splitlines()[0] == ",".join(results.CSV_COLUMNS)
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Without matplotlib (an offline GPU node may lack it): the table, no chart, a note.
+    monkeypatch.setattr(results.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else True)
+    paths = results.write_results(tmp_path / "bare", rows, "seeds", "t")
+    assert "png" not in paths and not (tmp_path / "bare" / "results.png").exists() and paths["md"].exists()
+    assert "matplotlib is not installed: no results.png" in capsys.readouterr().out
 
 
 def test_mean_std():

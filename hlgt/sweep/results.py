@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import json
 import math
 import statistics
@@ -149,7 +150,8 @@ def _chart(path: Path, rows: list[dict], title: str) -> None:
 
 
 def write_results(directory: Path, rows: list[dict], replicate_kind: str, title: str) -> dict[str, Path]:
-    """results.md / .csv / .json and the bar chart results.png."""
+    """results.md / .csv / .json and the bar chart results.png (no chart, and a note saying so,
+    where matplotlib is not installed: an offline GPU node may lack it)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"md": directory / "results.md", "csv": directory / "results.csv",
              "json": directory / "results.json", "png": directory / "results.png"}
@@ -160,7 +162,11 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
         w.writeheader()
         w.writerows(rows)
     paths["json"].write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    _chart(paths["png"], rows, title)
+    if importlib.util.find_spec("matplotlib") is None:
+        print("[sweep] matplotlib is not installed: no results.png (the table has every number)", flush=True)
+        del paths["png"]
+    else:
+        _chart(paths["png"], rows, title)
     return paths
 
 
