@@ -259,3 +259,25 @@ def test_a_sweep_trains_on_prebuilt_shards(tmp_path, capsys):
     # A folder built for another dataset is refused before Ray starts, with the command's prefix.
     with pytest.raises(SystemExit, match=r"sweep: .* holds .*'dataset': 'sample'.* this run needs .*'dataset': 'mawps'"):
         command.main(["--dataset", "mawps", "--shards", str(folder), "--storage", str(tmp_path / "sweeps")])
+
+
+def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_path, monkeypatch, capsys):
+    import ray
+
+    from hlgt.sweep.experiments import concurrency, trials_that_fit
+
+    plan = command.make_plan(command.build_parser().parse_args(["--smoke-test", "--storage", str(tmp_path)]))
+    two_cpus, big = {"CPU": 2.0}, {"CPU": 16.0, "GPU": 1.0}
+    plan.gpus_per_worker = 0.0  # as resolve_gpus leaves it on a cluster without GPUs
+    assert trials_that_fit(plan, two_cpus) == 1  # one CPU stays free for Ray Data's reads
+    plan.gpus_per_worker = 0.25
+    assert trials_that_fit(plan, big) == 4 and trials_that_fit(plan, {"CPU": 16.0}) == 0
+    plan.gpus_per_worker = 0.0
+    monkeypatch.setattr(ray, "cluster_resources", lambda: two_cpus)
+    assert concurrency(plan) == 1 and capsys.readouterr().out == ""
+    plan.max_concurrent = 4  # more than fits: kept (an autoscaler may add nodes), with a note
+    assert concurrency(plan) == 4
+    assert "--max-concurrent 4: this cluster fits 1 trial(s) now" in capsys.readouterr().out
+    plan.max_concurrent, plan.gpus_per_worker = 0, 0.25
+    with pytest.raises(RuntimeError, match="the cluster has 0 GPUs; a trial needs 0.25"):
+        concurrency(plan)

@@ -124,22 +124,34 @@ def resolve_gpus(plan: Plan) -> None:
 
 
 def concurrency(plan: Plan) -> int:
-    """Trials that fit the cluster at once, one CPU left free for Ray Data's read tasks."""
+    """Trials that fit the cluster at once, one CPU left free for Ray Data's read tasks; or
+    ``--max-concurrent``, which may ask for more than the cluster holds now (an autoscaler adds
+    nodes for the pending trials: the way to grow a cluster), with a note when it does."""
     import ray
 
     from hlgt.train.launch import worker_cpus
 
-    if plan.max_concurrent > 0:
-        return plan.max_concurrent
     res = ray.cluster_resources()
+    fit = trials_that_fit(plan, res)
+    if plan.max_concurrent > 0:
+        if plan.max_concurrent > fit:
+            print(f"[sweep] --max-concurrent {plan.max_concurrent}: this cluster fits {fit} trial(s) now; the others "
+                  f"wait for nodes from an autoscaler. Without one, lower it: trials beyond what fits hold the CPUs "
+                  f"that Ray Data's reads need, and the running trials stall", flush=True)
+        return plan.max_concurrent
     worker_cpus(plan.workers, plan.cpus_per_worker)  # raises when even one trial would starve Ray Data
+    if fit < 1 and plan.gpus_per_worker > 0:
+        raise RuntimeError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
+                           f"{plan.workers * plan.gpus_per_worker:g}")
+    return max(fit, 1)
+
+
+def trials_that_fit(plan: Plan, res: dict) -> int:
+    """Trials that the cluster resources ``res`` hold at once, one CPU left free for Ray Data."""
     fit = int((res.get("CPU", 0.0) - 1.0 + 1e-9) // (plan.workers * plan.cpus_per_worker))
     if plan.gpus_per_worker > 0:
         fit = min(fit, int(res.get("GPU", 0.0) // (plan.workers * plan.gpus_per_worker)))
-        if fit < 1:
-            raise RuntimeError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
-                               f"{plan.workers * plan.gpus_per_worker:g}")
-    return max(fit, 1)
+    return max(fit, 0)
 
 
 def epoch_lines():

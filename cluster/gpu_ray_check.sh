@@ -1,0 +1,110 @@
+#!/bin/bash
+# Ray Train and Tune on one GPU, as one call on a lent GPU machine without Ray or internet: Ray
+# installed from the carried wheelhouse (cluster/wheelhouse.py), a Ray Train run on the GPU killed
+# after its first checkpoint and resumed, a sweep of four trials sharing the GPU
+# (--gpus-per-trial 0.25) and one of two trials one at a time with the default packing, GPU memory
+# per process sampled throughout. Carry the shards and the wheelhouse:
+#
+#   python -m hlgt.data.build --dataset mawps --fold 0 --mawps-folds graph2tree --no-ray --out shards/mawps-f0
+#   python cluster/wheelhouse.py build --out wheelhouse --also pyyaml --have numpy,pandas,pyarrow,torch,python-dateutil,pytz,tzdata
+#   bash cluster/gpu_ray_check.sh            # there: logs and summary.md under $OUT
+#
+# Settings (environment): OUT (default gpu-ray-out), SHARDS (shards/mawps-f0), WHEELS (the first
+# wheelhouse part; used only where Ray is missing), DATASET (mawps), SET (--set overrides for every
+# run, space-separated; default data.mawps_folds=graph2tree, matching the shards), EPOCHS (6, the
+# Ray Train run), SWEEP_EPOCHS (3), GPU (1; 0 runs every step on CPUs). tests/test_cluster.py runs
+# it on the sample data with GPU=0.
+set -u
+OUT=${OUT:-gpu-ray-out}
+SHARDS=${SHARDS:-shards/mawps-f0}
+WHEELS=${WHEELS:-wheelhouse/wheels.tar.xz.part00}
+DATASET=${DATASET:-mawps}
+EPOCHS=${EPOCHS:-6}
+SWEEP_EPOCHS=${SWEEP_EPOCHS:-3}
+GPU=${GPU:-1}
+SET=${SET-data.mawps_folds=graph2tree}
+RUNS=${RUNS:-/tmp/hlgt-ray-check}  # checkpoints stay on the machine; logs and summaries go to $OUT
+mkdir -p "$OUT" "$RUNS"
+export RAY_AUTH_MODE=disabled WANDB_MODE=offline PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+sets=(--no-wandb); for kv in $SET; do sets+=(--set "$kv"); done
+status=0
+log() { echo "[gpu_ray_check] $*" >&2; echo "- $*" >> "$OUT/summary.md"; }
+: > "$OUT/summary.md"
+
+PY=python
+if ! python -c "import ray" 2>/dev/null; then
+  # A venv that sees the machine's torch, pandas and pyarrow; pip from the system site installs into it.
+  python -m venv --without-pip --system-site-packages /tmp/hlgt-ray-env
+  PY=/tmp/hlgt-ray-env/bin/python
+  start=$SECONDS
+  $PY cluster/wheelhouse.py install "$WHEELS" > "$OUT/install.log" 2>&1 || { log "Ray install FAILED (install.log)"; exit 1; }
+  log "Ray installed from $WHEELS in $((SECONDS - start)) s"
+fi
+ray_stop() { $PY -c "import sys; from ray.scripts.scripts import main; sys.argv = ['ray', 'stop', '--force']; main()" \
+  > /dev/null 2>&1 || true; }
+if [ "$GPU" = 1 ] && command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader,nounits -l 1 > "$OUT/gpu_apps.csv" 2>&1 &
+  smi=$!
+fi
+gpu_flag=(); [ "$GPU" = 1 ] && gpu_flag=(--gpu)
+
+# 1. Ray Train on the GPU: killed after its first checkpoint, then the same command resumes it.
+train=($PY -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --workers 1 "${gpu_flag[@]}" \
+       --set "train.epochs=$EPOCHS" "${sets[@]}" --name ray-gpu --storage "$RUNS")
+rm -rf "$RUNS/ray-gpu"
+start=$SECONDS
+"${train[@]}" > "$OUT/train_killed.log" 2>&1 &
+pid=$!
+while kill -0 $pid 2> /dev/null && ! ls -d "$RUNS"/ray-gpu/checkpoint_*/ > /dev/null 2>&1; do sleep 0.5; done
+sleep 1
+if kill -0 $pid 2> /dev/null; then
+  kill -9 $pid; wait $pid 2> /dev/null; ray_stop
+  log "Ray Train run killed after its first checkpoint, $((SECONDS - start)) s in"
+else
+  log "Ray Train run ended before it could be killed (train_killed.log)"; status=1
+fi
+start=$SECONDS
+"${train[@]}" > "$OUT/train_resumed.log" 2>&1 || status=1
+ray_stop
+$PY - "$RUNS/ray-gpu" >> "$OUT/summary.md" 2>&1 <<'PY' || status=1
+import json, sys
+from pathlib import Path
+from hlgt.train import loop
+run = Path(sys.argv[1])
+latest = max((p for p in run.glob("checkpoint_*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+state = loop.read_checkpoint(latest)
+epochs = [m["epoch"] for m in state["history"]]
+print(f"- resumed run: starts after epochs {state['starts']}, epochs {epochs}, finished {state['finished']}; "
+      f"test value accuracy {json.loads((run / 'results.json').read_text()).get('test/value_acc')}")
+if not (state["finished"] and len(state["starts"]) > 1 and state["starts"][-1] >= 1):
+    sys.exit("the re-run did not continue from a checkpoint")
+PY
+log "resumed run took $((SECONDS - start)) s"
+
+# 2. Sweeps: four trials sharing the GPU, then two one at a time with the default packing.
+sweep() {  # name, log, flags...
+  local name=$1 logfile=$2; shift 2
+  local start=$SECONDS
+  $PY tune/sweep.py --dataset "$DATASET" --shards "$SHARDS" --ablation no_line_graph --no-reference --scheduler fifo \
+    --set "train.epochs=$SWEEP_EPOCHS" "${sets[@]}" --storage "$RUNS/sweeps" --name "$name" --fresh "$@" \
+    > "$OUT/$logfile" 2>&1 || status=1
+  ray_stop
+  local took=$((SECONDS - start)) n
+  n=$(grep -c "finished$" "$OUT/$logfile")
+  log "sweep $name: $n trials finished in $took s ($(( n * 3600 / (took > 0 ? took : 1) )) trials/hour)"
+}
+if [ "$GPU" = 1 ]; then
+  sweep four-at-once sweep_four.log --num-samples 4 --gpus-per-trial 0.25
+else
+  sweep four-at-once sweep_four.log --num-samples 4 --gpus-per-trial 0  # as many at once as the CPUs hold
+fi
+sweep one-at-a-time sweep_one.log --num-samples 2 --max-concurrent 1
+grep -h "per GPU" "$OUT"/sweep_*.log >> "$OUT/summary.md"
+
+if [ -n "${smi:-}" ]; then
+  kill $smi
+  awk -F', ' '$3 > m[$2] {m[$2] = $3} END {for (p in m) print "- GPU memory of process " p ": " m[p] " MiB at most"}' \
+    "$OUT/gpu_apps.csv" >> "$OUT/summary.md"
+fi
+cat "$OUT/summary.md" >&2
+exit $status
