@@ -111,8 +111,11 @@ def saved_weights_formats(plan: Plan) -> dict[int, str]:
         if f.base_name != WEIGHTS_FILE:
             continue
         folder = f.path.rsplit("/", 1)[0]
-        with fs.open_input_stream(f"{folder}/{CONFIG_FILE}") as config:
-            found.setdefault(json.loads(config.read()).get("weights_format", 1), folder)
+        try:
+            with fs.open_input_stream(f"{folder}/{CONFIG_FILE}") as config:
+                found.setdefault(json.loads(config.read()).get("weights_format", 1), folder)
+        except FileNotFoundError:  # a checkpoint cut short while being written: Tune resumes past it
+            continue
     return found
 
 
