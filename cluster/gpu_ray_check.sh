@@ -1,8 +1,8 @@
 #!/bin/bash
 # Ray Train and Tune on one GPU, as one call on a lent GPU machine without Ray or internet: Ray
 # installed from the carried wheelhouse (cluster/wheelhouse.py), a Ray Train run on the GPU killed
-# after its first checkpoint and resumed, a sweep of four trials sharing the GPU
-# (--gpus-per-trial 0.25) and one of two trials one at a time with the default packing, GPU memory
+# after its first checkpoint and resumed, a sweep of TRIALS (4) trials sharing the GPU
+# (--gpus-per-trial 1/TRIALS) and one of two trials one at a time with the default packing, GPU memory
 # per process sampled throughout. Carry the shards and the wheelhouse:
 #
 #   python -m hlgt.data.build --dataset mawps --fold 0 --mawps-folds graph2tree --no-ray --out shards/mawps-f0
@@ -12,7 +12,7 @@
 # Settings (environment): OUT (default gpu-ray-out), SHARDS (shards/mawps-f0), WHEELS (the first
 # wheelhouse part; used only where Ray is missing), DATASET (mawps), SET (--set overrides for every
 # run, space-separated; default data.mawps_folds=graph2tree, matching the shards), EPOCHS (6, the
-# Ray Train run), SWEEP_EPOCHS (3), GPU (1; 0 runs every step on CPUs). tests/test_cluster.py runs
+# Ray Train run), SWEEP_EPOCHS (3), TRIALS (4), GPU (1; 0 runs every step on CPUs). tests/test_cluster.py runs
 # it on the sample data with GPU=0.
 set -u
 OUT=${OUT:-gpu-ray-out}
@@ -21,6 +21,7 @@ WHEELS=${WHEELS:-wheelhouse/wheels.tar.xz.part00}
 DATASET=${DATASET:-mawps}
 EPOCHS=${EPOCHS:-6}
 SWEEP_EPOCHS=${SWEEP_EPOCHS:-3}
+TRIALS=${TRIALS:-4}
 GPU=${GPU:-1}
 SET=${SET-data.mawps_folds=graph2tree}
 RUNS=${RUNS:-/tmp/hlgt-ray-check}  # checkpoints stay on the machine; logs and summaries go to $OUT
@@ -81,7 +82,7 @@ if not (state["finished"] and len(state["starts"]) > 1 and state["starts"][-1] >
 PY
 log "resumed run took $((SECONDS - start)) s"
 
-# 2. Sweeps: four trials sharing the GPU, then two one at a time with the default packing.
+# 2. Sweeps: TRIALS trials sharing the GPU, then two (at most TRIALS) one at a time with the default packing.
 sweep() {  # name, log, flags...
   local name=$1 logfile=$2; shift 2
   local start=$SECONDS
@@ -94,11 +95,11 @@ sweep() {  # name, log, flags...
   log "sweep $name: $n trials finished in $took s ($(( n * 3600 / (took > 0 ? took : 1) )) trials/hour)"
 }
 if [ "$GPU" = 1 ]; then
-  sweep four-at-once sweep_four.log --num-samples 4 --gpus-per-trial 0.25
+  sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$(python -c "print(1 / $TRIALS)")"
 else
-  sweep four-at-once sweep_four.log --num-samples 4 --gpus-per-trial 0  # as many at once as the CPUs hold
+  sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial 0  # as many at once as the CPUs hold
 fi
-sweep one-at-a-time sweep_one.log --num-samples 2 --max-concurrent 1
+sweep one-at-a-time sweep_one.log --num-samples "$(( TRIALS < 2 ? TRIALS : 2 ))" --max-concurrent 1
 grep -h "per GPU" "$OUT"/sweep_*.log >> "$OUT/summary.md"
 
 if [ -n "${smi:-}" ]; then
