@@ -238,7 +238,7 @@ def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, mo
     wheelhouse.main(["build", "--out", str(tmp_path / "w"), "--have", "numpy", "--dry-run"])
     wheelhouse.main(["install", str(parts[0]), "--dry-run", "--into", str(tmp_path / "u2")])
     out = capsys.readouterr().out
-    assert "pip download 'ray[data,train,tune]==2.60.0' pyyaml matplotlib --only-binary=:all: --python-version 3.12" in out
+    assert "pip download 'ray[default,data,train,tune]==2.60.0' pyyaml matplotlib --only-binary=:all: --python-version 3.12" in out
     assert f"join {', '.join(p.name for p in parts)}" in out and not (tmp_path / "u2").exists() and len(ran) == 1
 
 
