@@ -12,7 +12,8 @@
 # Settings (environment): OUT (default gpu-ray-out), SHARDS (shards/mawps-f0), WHEELS (the first
 # wheelhouse part; used only where Ray is missing), DATASET (mawps), SET (--set overrides for every
 # run, space-separated; default data.mawps_folds=graph2tree, matching the shards), EPOCHS (6, the
-# Ray Train run), SWEEP_EPOCHS (3), TRIALS (4), GPU (1; 0 runs every step on CPUs). tests/test_cluster.py runs
+# Ray Train run), SWEEP_EPOCHS (3), TRIALS (4), STEPS ("train sweeps", or either), GPU (1; 0 runs
+# every step on CPUs). tests/test_cluster.py runs
 # it on the sample data with GPU=0.
 set -u
 OUT=${OUT:-gpu-ray-out}
@@ -22,6 +23,7 @@ DATASET=${DATASET:-mawps}
 EPOCHS=${EPOCHS:-6}
 SWEEP_EPOCHS=${SWEEP_EPOCHS:-3}
 TRIALS=${TRIALS:-4}
+STEPS=${STEPS:-train sweeps}
 GPU=${GPU:-1}
 SET=${SET-data.mawps_folds=graph2tree}
 RUNS=${RUNS:-/tmp/hlgt-ray-check}  # checkpoints stay on the machine; logs and summaries go to $OUT
@@ -50,24 +52,25 @@ fi
 gpu_flag=(); [ "$GPU" = 1 ] && gpu_flag=(--gpu)
 
 # 1. Ray Train on the GPU: killed after its first checkpoint, then the same command resumes it.
-train=($PY -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --workers 1 "${gpu_flag[@]}" \
-       --set "train.epochs=$EPOCHS" "${sets[@]}" --name ray-gpu --storage "$RUNS")
-rm -rf "$RUNS/ray-gpu"
-start=$SECONDS
-"${train[@]}" > "$OUT/train_killed.log" 2>&1 &
-pid=$!
-while kill -0 $pid 2> /dev/null && ! ls -d "$RUNS"/ray-gpu/checkpoint_*/ > /dev/null 2>&1; do sleep 0.5; done
-sleep 1
-if kill -0 $pid 2> /dev/null; then
-  kill -9 $pid; wait $pid 2> /dev/null; ray_stop
-  log "Ray Train run killed after its first checkpoint, $((SECONDS - start)) s in"
-else
-  log "Ray Train run ended before it could be killed (train_killed.log)"; status=1
-fi
-start=$SECONDS
-"${train[@]}" > "$OUT/train_resumed.log" 2>&1 || status=1
-ray_stop
-$PY - "$RUNS/ray-gpu" >> "$OUT/summary.md" 2>&1 <<'PY' || status=1
+if [[ " $STEPS " == *" train "* ]]; then
+  train=($PY -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --workers 1 "${gpu_flag[@]}" \
+         --set "train.epochs=$EPOCHS" "${sets[@]}" --name ray-gpu --storage "$RUNS")
+  rm -rf "$RUNS/ray-gpu"
+  start=$SECONDS
+  "${train[@]}" > "$OUT/train_killed.log" 2>&1 &
+  pid=$!
+  while kill -0 $pid 2> /dev/null && ! ls -d "$RUNS"/ray-gpu/checkpoint_*/ > /dev/null 2>&1; do sleep 0.5; done
+  sleep 1
+  if kill -0 $pid 2> /dev/null; then
+    kill -9 $pid; wait $pid 2> /dev/null; ray_stop
+    log "Ray Train run killed after its first checkpoint, $((SECONDS - start)) s in"
+  else
+    log "Ray Train run ended before it could be killed (train_killed.log)"; status=1
+  fi
+  start=$SECONDS
+  "${train[@]}" > "$OUT/train_resumed.log" 2>&1 || status=1
+  ray_stop
+  $PY - "$RUNS/ray-gpu" >> "$OUT/summary.md" 2>&1 <<'PY' || status=1
 import json, sys
 from pathlib import Path
 from hlgt.train import loop
@@ -80,7 +83,8 @@ print(f"- resumed run: starts after epochs {state['starts']}, epochs {epochs}, f
 if not (state["finished"] and len(state["starts"]) > 1 and state["starts"][-1] >= 1):
     sys.exit("the re-run did not continue from a checkpoint")
 PY
-log "resumed run took $((SECONDS - start)) s"
+  log "resumed run took $((SECONDS - start)) s"
+fi
 
 # 2. Sweeps: TRIALS trials sharing the GPU, then two (at most TRIALS) one at a time with the default packing.
 sweep() {  # name, log, flags...
@@ -94,13 +98,17 @@ sweep() {  # name, log, flags...
   n=$(grep -c "finished$" "$OUT/$logfile")
   log "sweep $name: $n trials finished in $took s ($(( n * 3600 / (took > 0 ? took : 1) )) trials/hour)"
 }
-if [ "$GPU" = 1 ]; then
+if [[ " $STEPS " != *" sweeps "* ]]; then
+  :
+elif [ "$GPU" = 1 ]; then
   sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$(python -c "print(1 / $TRIALS)")"
 else
   sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial 0  # as many at once as the CPUs hold
 fi
-sweep one-at-a-time sweep_one.log --num-samples "$(( TRIALS < 2 ? TRIALS : 2 ))" --max-concurrent 1
-grep -h "per GPU" "$OUT"/sweep_*.log >> "$OUT/summary.md"
+if [[ " $STEPS " == *" sweeps "* ]]; then
+  sweep one-at-a-time sweep_one.log --num-samples "$(( TRIALS < 2 ? TRIALS : 2 ))" --max-concurrent 1
+  grep -h "per GPU" "$OUT"/sweep_*.log >> "$OUT/summary.md"
+fi
 
 if [ -n "${smi:-}" ]; then
   kill $smi
