@@ -45,17 +45,17 @@ def download_command(out: Path, python: str, platform: str, also: str) -> list[s
             python, "--platform", platform, "-d", str(out)]
 
 
-def package_name(wheel: Path) -> str:
-    """A wheel file's distribution name, normalised as pip compares names."""
-    return wheel.name.split("-")[0].lower().replace("_", "-").replace(".", "-")
+def normalised(name: str) -> str:
+    """A distribution name as pip compares names."""
+    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def drop_present(out: Path, have: list[str]) -> list[str]:
     """Remove the wheels of packages the target already has; returns their file names."""
-    have_names = {h.lower().replace("_", "-").replace(".", "-") for h in have}
+    have_names = {normalised(h) for h in have}
     dropped = []
     for wheel in sorted(out.glob("*.whl")):
-        if package_name(wheel) in have_names:
+        if normalised(wheel.name.split("-")[0]) in have_names:
             wheel.unlink()
             dropped.append(wheel.name)
     return dropped

@@ -46,6 +46,11 @@ CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 WEIGHTS_FORMAT = 4
 
 
+def stored_weights_format(saved_config: dict) -> int:
+    """The weights format a saved model folder's config records (folders from before formats: 1)."""
+    return saved_config.get("weights_format", 1)
+
+
 class Solver(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab: Vocab):
         super().__init__()
@@ -168,8 +173,8 @@ class Solver(nn.Module):
         if missing:
             raise FileNotFoundError(f"{directory} is not a saved Solver: missing {missing}")
         flat = json.loads((directory / CONFIG_FILE).read_text())
-        if flat.get("weights_format") != WEIGHTS_FORMAT:
-            raise ValueError(f"{directory} holds weights of format {flat.get('weights_format', 1)}; this "
+        if stored_weights_format(flat) != WEIGHTS_FORMAT:
+            raise ValueError(f"{directory} holds weights of format {stored_weights_format(flat)}; this "
                              f"version computes format {WEIGHTS_FORMAT} (see WEIGHTS_FORMAT in "
                              f"hlgt/model/solver.py): retrain, or load it with the version that saved it")
         cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model

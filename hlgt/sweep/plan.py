@@ -90,21 +90,14 @@ def check_trials(plan: Plan) -> None:
                                      f"seed={rep['train.seed']}: {e}") from None
 
 
-def _filesystem(root: str):
-    """(pyarrow filesystem, path in it) of a sweep root: a local absolute path or an S3 URI."""
-    import pyarrow.fs
-
-    return pyarrow.fs.FileSystem.from_uri(root)
-
-
 def saved_weights_formats(plan: Plan) -> dict[int, str]:
     """The weights formats of the models an earlier sweep of this name saved: format -> one folder
     holding it (empty when the sweep is new)."""
     import pyarrow.fs
 
-    from hlgt.model.solver import CONFIG_FILE, WEIGHTS_FILE
+    from hlgt.model.solver import CONFIG_FILE, WEIGHTS_FILE, stored_weights_format
 
-    fs, root = _filesystem(plan.root)
+    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)  # a local absolute path or an S3 URI
     files = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True, recursive=True))
     found: dict[int, str] = {}
     for f in files:
@@ -113,7 +106,7 @@ def saved_weights_formats(plan: Plan) -> dict[int, str]:
         folder = f.path.rsplit("/", 1)[0]
         try:
             with fs.open_input_stream(f"{folder}/{CONFIG_FILE}") as config:
-                found.setdefault(json.loads(config.read()).get("weights_format", 1), folder)
+                found.setdefault(stored_weights_format(json.loads(config.read())), folder)
         except FileNotFoundError:  # a checkpoint cut short while being written: Tune resumes past it
             continue
     return found
@@ -138,7 +131,7 @@ def remove_earlier(plan: Plan) -> None:
     runs, results), so that every trial trains anew."""
     import pyarrow.fs
 
-    fs, root = _filesystem(plan.root)
+    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)
     if fs.get_file_info(root).type != pyarrow.fs.FileType.NotFound:
         print(f"[sweep] --fresh: removing {plan.root}", flush=True)
         fs.delete_dir(root)
