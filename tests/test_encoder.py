@@ -11,7 +11,7 @@ from torch_geometric.nn import HGTConv, RGATConv
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES, line_graph
-from hlgt.model.encoder import ENCODERS, Encoder, EdgeTypeHGTConv, RelationRGATConv
+from hlgt.model.encoder import ENCODERS, FUSION_GAIN, Encoder, EdgeTypeHGTConv, RelationRGATConv
 from hlgt.model.hlgt_conv import LineGraphConv
 
 VOCAB, EMB, HID, HEADS = 40, 8, 16, 4
@@ -111,9 +111,6 @@ def test_gradient_reaches_every_parameter(arm):
     batch = make_batch(all_types + PROBLEMS)
     assert set(batch.edge_type.tolist()) == set(range(len(EDGE_TYPES)))
     enc = make_encoder(**ARMS[arm])
-    if arm != "none":  # the fusion's gain starts at zero, and with it the fusion's gradient
-        with torch.no_grad():
-            enc.fusion[1].weight.fill_(0.5)
     out = enc(batch)
     (out.tokens.sum() + out.h_f.sum() + out.problem.sum()).backward()
     present = set()
@@ -176,11 +173,12 @@ def test_graph_without_edges(arm, nodes):
 
 
 @pytest.mark.parametrize("arm", GRAPH_ARMS)
-def test_graph_arms_memory_starts_as_gts(arm):
+def test_graph_arms_memory_starts_near_gts(arm):
     enc = make_encoder(**ARMS[arm]).eval()
     with torch.no_grad():
         out = enc(make_batch(PROBLEMS))
-    torch.testing.assert_close(out.tokens, out.h_b, atol=0, rtol=0)
+    added = (out.tokens - out.h_b)[out.mask]                                      # FUSION_GAIN * LayerNorm(...)
+    assert abs(added.std().item() - FUSION_GAIN) < 0.01 * FUSION_GAIN
 
 
 @pytest.mark.parametrize("arm", GRAPH_ARMS)

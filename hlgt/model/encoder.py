@@ -11,10 +11,13 @@ Path of one batch:
       h_str = h^L scattered back to the node's token (the mean when several nodes share a token,
       e.g. a ratio "3:7"); a token that is no node keeps h_b.
     h_f = [h_seq : h_str] (2H) enters the decoder's width H as a normalised residual on h_b:
-    tokens = h_b + LayerNorm(Linear(2H, H)(h_f)), the LayerNorm's gain starting at zero. The
-    memory thus starts as GTS's (h_b, a sum of GRU states bounded by their tanh) and takes in the
-    sequence and graph encoders as the gain grows; the normalisation bounds what they add, so that
-    the memory cannot grow until the decoder's tanh units (attention, scores) saturate.
+    tokens = h_b + LayerNorm(Linear(2H, H)(h_f)), the LayerNorm's gain starting at FUSION_GAIN
+    (0.1). The memory thus starts close to GTS's (h_b, a sum of GRU states bounded by their tanh)
+    and takes in the sequence and graph encoders as the gain grows; the normalisation bounds what
+    they add, so that the memory cannot grow until the decoder's tanh units (attention, scores)
+    saturate. The gain does not start at zero: there the Linear gets no gradient and the gain's
+    gradient, over the Linear's random features, has no steady sign, so the gain stays near zero
+    and the two encoders go unused.
   problem = forward final state + backward final state of the memory's BiGRU (the word BiGRU's
   top layer for "none", the sequence BiGRU otherwise). With packed sequences this is the forward
   state at the last REAL token (GTS reads the padded last position, zeros for shorter problems).
@@ -51,6 +54,7 @@ from hlgt.model.gru import bigru
 from hlgt.model.hlgt_conv import HLGTConv, LineGraphConv, TypeGroups
 
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
+FUSION_GAIN = 0.1  # the fusion LayerNorm's starting gain (module docstring)
 
 
 @dataclass
@@ -102,17 +106,17 @@ class Encoder(nn.Module):
         else:
             self.graph = RGATGraphEncoder(H, cfg.heads, cfg.layers)
         self.fusion = nn.Sequential(nn.Linear(2 * H, H), nn.LayerNorm(H))
-        self._zero_fusion_gain()
+        self._init_fusion_gain()
 
     def reset_parameters(self) -> None:
         for module in self.modules():
             if module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
-        self._zero_fusion_gain()
+        self._init_fusion_gain()
 
-    def _zero_fusion_gain(self) -> None:
+    def _init_fusion_gain(self) -> None:
         if self.kind != "none":
-            nn.init.zeros_(self.fusion[1].weight)
+            nn.init.constant_(self.fusion[1].weight, FUSION_GAIN)
 
     def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
         """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
