@@ -98,14 +98,12 @@ sweep() {  # name, log, flags...
   n=$(grep -c "finished$" "$OUT/$logfile")
   log "sweep $name: $n trials finished in $took s ($(( n * 3600 / (took > 0 ? took : 1) )) trials/hour)"
 }
-if [[ " $STEPS " != *" sweeps "* ]]; then
-  :
-elif [ "$GPU" = 1 ]; then
-  sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$(python -c "print(1 / $TRIALS)")"
-else
-  sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial 0  # as many at once as the CPUs hold
-fi
 if [[ " $STEPS " == *" sweeps "* ]]; then
+  if [ "$GPU" = 1 ]; then
+    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$(python -c "print(1 / $TRIALS)")"
+  else
+    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial 0  # as many at once as the CPUs hold
+  fi
   sweep one-at-a-time sweep_one.log --num-samples "$(( TRIALS < 2 ? TRIALS : 2 ))" --max-concurrent 1
   grep -h "per GPU" "$OUT"/sweep_*.log >> "$OUT/summary.md"
 fi

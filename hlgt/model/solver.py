@@ -173,8 +173,9 @@ class Solver(nn.Module):
         if missing:
             raise FileNotFoundError(f"{directory} is not a saved Solver: missing {missing}")
         flat = json.loads((directory / CONFIG_FILE).read_text())
-        if stored_weights_format(flat) != WEIGHTS_FORMAT:
-            raise ValueError(f"{directory} holds weights of format {stored_weights_format(flat)}; this "
+        stored = stored_weights_format(flat)
+        if stored != WEIGHTS_FORMAT:
+            raise ValueError(f"{directory} holds weights of format {stored}; this "
                              f"version computes format {WEIGHTS_FORMAT} (see WEIGHTS_FORMAT in "
                              f"hlgt/model/solver.py): retrain, or load it with the version that saved it")
         cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
