@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from hlgt.data.graph import line_graph
-from hlgt.model.hlgt_conv import HLGTConv, LineGraphConv, TypeGroups
+from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv, TypeGroups
 
 D_MODEL, HEADS, N_TYPES, N_REL = 8, 2, 7, 10
 
@@ -240,6 +240,25 @@ def test_type_groups_equal_gathered_weights():
     expected = torch.bmm(x.unsqueeze(1), w[types]).squeeze(1)
     torch.testing.assert_close(TypeGroups(types, 7).linear(x, w), expected)
     torch.testing.assert_close(TypeGroups(types, 1).linear(x, w[:1]), x @ w[0])
+
+
+def test_a_layout_made_ahead_on_another_device_gives_the_same_outputs():
+    # The training loop makes the layout once per batch on the CPU and moves it with the batch;
+    # every layer of the forward then reads it instead of making its own.
+    g = random_graph(3, 12, 12)  # 3 nodes on no edge, 11 line edges
+    static = torch.randn(N_REL, D_MODEL, dtype=torch.float64)
+    layout = GraphLayout.of(g["edge_index"], g["node_type"], N_TYPES)
+    assert layout.touched.numel() < 12
+    moved = layout.to("meta")
+    assert all(t.is_meta for t in (moved.touched, moved.local, moved.groups.perm, moved.groups.inv))
+    assert moved.groups.counts == layout.groups.counts and layout.groups.perm.device.type == "cpu"
+    node, line = hlgt(), lgc()
+    node_args = (g["x"], g["edge_index"], g["node_type"], g["z"])
+    line_args = (g["z"], g["x"], g["edge_index"], g["line_index"], g["edge_type"], static)
+    torch.testing.assert_close(node(*node_args, layout=layout), node(*node_args), atol=0, rtol=0)
+    torch.testing.assert_close(line(*line_args, layout=layout), line(*line_args), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="layout groups 7 node types, the layer has 1"):
+        hlgt(types=1)(*node_args, layout=layout)
 
 
 def test_scores_do_not_grow_with_the_projections():

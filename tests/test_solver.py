@@ -354,19 +354,23 @@ def test_every_parameter_gets_a_gradient(kw, max_ops):
     torch.testing.assert_close(model(batch)["loss"].detach(), untied)
 
 
-def test_targets_planned_before_the_step_give_the_same_losses():
-    # The training loop lays the gold trees out on the CPU (a GPU step would wait for their sizes).
+def test_batches_planned_before_the_step_give_the_same_losses():
+    # The training loop lays the gold trees and the graph out on the CPU (a GPU step would wait
+    # for their sizes).
     model = solver(encoder="hlgt")
     model.eval()  # no dropout: the two passes must agree exactly
     batch = collate(make_rows(6, 3), VOCAB)
     plain = model(batch)
-    planned = model.plan_targets(batch)
-    assert planned.tree_plan is not None and planned.to("cpu").tree_plan is not None and planned.to("cpu").checked
-    ahead = model(planned.to("cpu"))
+    planned = model.plan(batch)
+    moved = planned.to("cpu")
+    assert moved.checked and moved.tree_plan is not None and moved.graph_layout is not None
+    assert torch.equal(moved.graph_layout.touched, torch.unique(batch.edge_index))
+    assert solver(encoder="none").plan(collate(make_rows(2, 3), VOCAB)).graph_layout is None
+    ahead = model(moved)
     for key in ("loss", "tree_loss", "com_loss"):
         assert torch.equal(plain[key], ahead[key])
     # The targets' checks run there too, and name the problem.
     rows = make_rows(3, 4)
     rows[1] = {**rows[1], "prefix": None}
     with pytest.raises(ValueError, match=r"problems \['p1'\] have no gold equation"):
-        model.plan_targets(collate(rows, VOCAB))
+        model.plan(collate(rows, VOCAB))

@@ -42,9 +42,11 @@ class Batch:
     target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
     target_mask: torch.Tensor  # [B, S] True on real target tokens
     answers: list[float]
-    # The gold trees laid out for the decoder (hlgt.model.tree_decoder.TreePlan), when the caller
-    # made them on the CPU before moving the batch (Solver.plan_targets); to() moves them along.
+    # The gold trees laid out for the decoder (hlgt.model.tree_decoder.TreePlan) and the graph for
+    # the HLGT layers (hlgt.model.hlgt_conv.GraphLayout), when the caller made them on the CPU
+    # before moving the batch (Solver.plan); to() moves them along.
     tree_plan: Any = None
+    graph_layout: Any = None
     # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
     # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
     checked: bool = dataclasses.field(default=False, init=False)
@@ -78,8 +80,9 @@ class Batch:
     def to(self, device: torch.device | str) -> "Batch":
         moved = tensors_to(self, device)
         moved.checked = self.checked
-        if self.tree_plan is not None:
-            moved.tree_plan = self.tree_plan.to(device)
+        for name in ("tree_plan", "graph_layout"):
+            if getattr(self, name) is not None:
+                setattr(moved, name, getattr(self, name).to(device))
         return moved
 
     def __len__(self) -> int:

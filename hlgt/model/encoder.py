@@ -51,7 +51,7 @@ from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
 from hlgt.model.gru import bigru
-from hlgt.model.hlgt_conv import HLGTConv, LineGraphConv, TypeGroups
+from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv, TypeGroups
 
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
 FUSION_GAIN = 0.1  # the fusion LayerNorm's starting gain (module docstring)
@@ -135,14 +135,22 @@ class Encoder(nn.Module):
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
         return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
 
+    def graph_layout(self, batch: Batch) -> GraphLayout | None:
+        """The HLGT layers' ``GraphLayout`` of the batch's graph; None for the other arms."""
+        return self.graph.layout(self._node_type(batch), batch.edge_index) if self.kind == "hlgt" else None
+
+    def _node_type(self, batch: Batch) -> Tensor:
+        return batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
+
     def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:
         """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
         B, T, H = h_b.shape
         flat = h_b.reshape(B * T, H)                                              # [B*T, H]
         row = batch.node_batch * T + batch.node_pos                               # [N]
-        node_type = batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
         h0 = self.dropout(flat.index_select(0, row))                              # [N, H]
-        h = self.graph(h0, node_type, batch.edge_index, batch.edge_type, batch.line_index)  # [N, H]
+        graph = (h0, self._node_type(batch), batch.edge_index, batch.edge_type, batch.line_index)
+        h = (self.graph(*graph, layout=batch.graph_layout) if self.kind == "hlgt"
+             else self.graph(*graph))                                             # [N, H]
         count = torch.zeros(B * T, 1, dtype=h.dtype, device=h.device).index_add_(
             0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T, 1] nodes per token
         summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T, H]
@@ -158,22 +166,29 @@ class HLGTGraphEncoder(nn.Module):
 
     def __init__(self, hidden: int, heads: int, layers: int, num_node_types: int, line_graph: bool):
         super().__init__()
+        self.num_node_types = num_node_types
         self.edge_embedding = nn.Embedding(len(EDGE_TYPES), hidden)              # E_e
         self.node_layers = nn.ModuleList(HLGTConv(hidden, heads, num_node_types) for _ in range(layers))
         self.edge_layers = (nn.ModuleList(LineGraphConv(hidden, heads) for _ in range(layers))
                             if line_graph else None)
 
+    def layout(self, node_type: Tensor, edge_index: Tensor) -> GraphLayout:
+        """The layout every layer of a forward shares (``GraphLayout``), for this encoder's node types."""
+        return GraphLayout.of(edge_index, node_type, self.num_node_types)
+
     def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
-                line_index: Tensor) -> Tensor:
+                line_index: Tensor, layout: GraphLayout | None = None) -> Tensor:
+        """layout: ``self.layout(node_type, edge_index)``, made here when not given."""
+        layout = layout if layout is not None else self.layout(node_type, edge_index)
         static = self.edge_embedding.weight                                       # [R, H]
         if self.edge_layers is None:
             for node_layer in self.node_layers:
-                x = node_layer(x, edge_index, node_type, static, edge_type=edge_type)  # [N, H]
+                x = node_layer(x, edge_index, node_type, static, edge_type=edge_type, layout=layout)  # [N, H]
             return x
         z = static.index_select(0, edge_type)                                     # [E, H] z^0
         for edge_layer, node_layer in zip(self.edge_layers, self.node_layers):
-            z = edge_layer(z, x, edge_index, line_index, edge_type, static)       # [E, H]
-            x = node_layer(x, edge_index, node_type, z)                           # [N, H]
+            z = edge_layer(z, x, edge_index, line_index, edge_type, static, layout=layout)  # [E, H]
+            x = node_layer(x, edge_index, node_type, z, layout=layout)            # [N, H]
         return x
 
 

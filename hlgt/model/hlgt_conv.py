@@ -14,17 +14,21 @@ edge with no line-graph neighbour gets LayerNorm(z) before its FFN (see LineGrap
 Speed (CPU training is the target): type-specific matrices are stacked [n_types, d_in, d_out] and
 applied to nodes grouped by type, one matmul per type (TypeGroups), which beats computing all
 types for all nodes 7-fold. Node projections are computed for the nodes on some edge only (a
-problem's graph leaves many tokens isolated; their result is known in closed form). In eq. 5 every projection is linear, so the per-line-edge terms are
-rewritten exactly, by linearity, as gathers of per-node, per-edge or per-edge-type projections:
-no [L, d] x [d, d] matmul is ever done over line edges (test_hlgt_conv checks this rewriting
-against a literal, per-line-edge implementation of the equation).
+problem's graph leaves many tokens isolated; their result is known in closed form), listed with
+the type groups once per batch in a ``GraphLayout`` that every layer of the forward shares. In
+eq. 5 every projection is linear, so the per-line-edge terms are rewritten exactly, by
+linearity, as gathers of per-node, per-edge or per-edge-type projections: no [L, d] x [d, d]
+matmul is ever done over line edges (test_hlgt_conv checks this rewriting against a literal,
+per-line-edge implementation of the equation).
 
 Letters as in the paper: d channels (the encoder's H), M heads, D = d / M per head; N nodes, E edges
 of G_n, L line edges, R edge types.
 """
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +63,35 @@ class TypeGroups:
         # unbind, not weight[t]: the backward of one select per type would zero-fill all of weight each time.
         out = torch.cat([p @ w for p, w in zip(parts, weight.unbind(0))])         # [N, b] sorted by type
         return out.index_select(0, self.inv)                                      # [N, b]
+
+    def to(self, device: torch.device | str) -> "TypeGroups":
+        moved = copy.copy(self)
+        if self.num_types > 1:
+            moved.perm, moved.inv = self.perm.to(device), self.inv.to(device)
+        return moved
+
+
+@dataclass
+class GraphLayout:
+    """What every graph layer of one forward reads from the graph alone: the nodes on some edge of
+    G_n (only they need projections: a problem's graph leaves many tokens isolated), the edges in
+    their local ids, and those nodes grouped by type. Making it reads sizes back (``unique``, the
+    group sizes), a host synchronisation on a GPU: the training loop makes it once per batch on the
+    CPU (``hlgt.model.solver.Solver.plan``), and the layers of one forward share it."""
+
+    touched: Tensor                                                               # [Nt] node ids
+    local: Tensor                                                                 # [2, E] edge_index in touched ids
+    groups: TypeGroups                                                            # the touched nodes by type
+
+    @classmethod
+    def of(cls, edge_index: Tensor, node_type: Tensor | None = None, num_types: int = 1) -> "GraphLayout":
+        """edge_index [2, E], node_type [N] (read only when num_types > 1)."""
+        touched, local = torch.unique(edge_index, return_inverse=True)            # [Nt], [2, E]
+        types = node_type.index_select(0, touched) if num_types > 1 else touched  # [Nt]
+        return cls(touched, local, TypeGroups(types, num_types))
+
+    def to(self, device: torch.device | str) -> "GraphLayout":
+        return GraphLayout(self.touched.to(device), self.local.to(device), self.groups.to(device))
 
 
 class HLGTConv(MessagePassing):
@@ -106,18 +139,23 @@ class HLGTConv(MessagePassing):
         self.norm.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, node_type: Tensor, edge_attr: Tensor,
-                edge_type: Tensor | None = None, return_attention: bool = False):
+                edge_type: Tensor | None = None, layout: GraphLayout | None = None,
+                return_attention: bool = False):
         """x [N, d], edge_index [2, E], node_type [N] -> [N, d] (and attention [E, M] if asked).
 
         edge_attr is z: either [E, d_z] per edge, or, when edge_type [E] is given, a table
         [R, d_z] looked up by edge_type (static edge embeddings: psi and phi then run on R rows).
+        layout: ``GraphLayout.of(edge_index, node_type, num_node_types)``, made here when not given.
         """
         N, d, M = x.size(0), self.channels, self.heads
         D = d // M
+        if layout is None:
+            layout = GraphLayout.of(edge_index, node_type, self.num_node_types)
+        elif layout.groups.num_types != self.num_node_types:
+            raise ValueError(f"layout groups {layout.groups.num_types} node types, the layer has {self.num_node_types}")
         # Only nodes on some edge need projections: elsewhere h~ = 0, so h~ U_o = 0 (no bias).
-        touched, local = torch.unique(edge_index, return_inverse=True)            # [Nt], [2, E]
+        touched, local, groups = layout.touched, layout.local, layout.groups      # [Nt], [2, E]
         xt = x.index_select(0, touched)                                           # [Nt, d]
-        groups = TypeGroups(node_type.index_select(0, touched), self.num_node_types)
         qkv = groups.linear(xt, self.w_qkv)                                       # [Nt, 3d]
         q, k, v = (t.reshape(-1, M, D) for t in qkv.split(d, dim=1))              # 3 x [Nt, M, D]
         q = F.layer_norm(q, (D,))                                                 # [Nt, M, D]
@@ -199,9 +237,10 @@ class LineGraphConv(MessagePassing):
             layer.reset_parameters()
 
     def forward(self, z: Tensor, h: Tensor, edge_index: Tensor, line_index: Tensor, edge_type: Tensor,
-                static: Tensor, return_attention: bool = False):
+                static: Tensor, layout: GraphLayout | None = None, return_attention: bool = False):
         """z [E, d] dynamic edge states, h [N, d_h] node states, edge_index [2, E] (G_n),
-        line_index [2, L] (G_e, edge ids), edge_type [E], static [R, d] = E_e's table -> [E, d]."""
+        line_index [2, L] (G_e, edge ids), edge_type [E], static [R, d] = E_e's table -> [E, d].
+        layout: ``GraphLayout.of(edge_index)`` or one with node types (only its node ids are read)."""
         E, d, M = z.size(0), self.channels, self.heads
         D = d // M
         a_dst, a_src, a_rel = self.att                                            # 3 x [M, D]
@@ -216,7 +255,8 @@ class LineGraphConv(MessagePassing):
             [w.t() @ sv_rho.t() for w in rho_w]                                   # 3 x [d_h, d] values
             + [torch.einsum("mkh,mk->hm", w.view(M, D, -1), a_rel) for w in rho_w],  # 3 x [d_h, M] scores
             dim=1)                                                                # [d_h, 3d + 3M]
-        touched, (src, dst) = torch.unique(edge_index, return_inverse=True)      # [Nt]; [E], [E] local ids
+        layout = layout if layout is not None else GraphLayout.of(edge_index)
+        touched, (src, dst) = layout.touched, layout.local                       # [Nt]; [E], [E] local ids
         node_proj = h.index_select(0, touched) @ node_w                           # [Nt, 3d + 3M]
         va, vb, vc, ra, rb, rc = node_proj.split([d, d, d, M, M, M], dim=1)
         # Edge j as a source (neighbour): static embedding, and its source node a = src[j].

@@ -67,7 +67,7 @@ class Solver(nn.Module):
         self.uses_every_parameter = cfg.encoder in ("hlgt", "none")
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        if batch.tree_plan is None:  # plan_targets checked them where the batch was made
+        if batch.tree_plan is None:  # plan() checked them where the batch was made
             self._check_targets(batch)
         enc = self.encoder(batch)
         out = self.decoder(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
@@ -79,12 +79,14 @@ class Solver(nn.Module):
             com = self.comparison.loss(enc.h_f, enc.h_b, batch.num_pos, batch.num_mask, batch.num_values)
         return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com, "scales": enc.scales()}
 
-    def plan_targets(self, batch: Batch) -> Batch:
-        """The batch with its gold trees laid out for the decoder (``tree_plan``), made here, where
-        the batch is, before it moves to a GPU: the layout and the targets' checks read values
-        back, which on a GPU would make every training step wait."""
+    def plan(self, batch: Batch) -> Batch:
+        """The batch with its gold trees laid out for the decoder (``tree_plan``) and its graph for
+        the HLGT layers (``GraphLayout``), made here, where the batch is, before it moves to a GPU:
+        the layouts and the targets' checks read values back, which on a GPU would make every
+        training step wait."""
         self._check_targets(batch)
         batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
+        batch.graph_layout = self.encoder.graph_layout(batch)
         return batch
 
     def parts(self) -> dict[str, list[nn.Parameter]]:

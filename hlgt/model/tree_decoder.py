@@ -18,7 +18,7 @@ What differs from GTS is only how the work is batched:
   per problem instead of once per node: identical math, since ``W[a; b] = W_a a + W_b b``.
 * Teacher forcing: the gold prefix fixes the tree, so parent, side and depth of every target
   position are computed up front from the [B, S] target with tensor ops (``tree_plan``; the
-  training loop makes it on the CPU before the batch moves, ``Solver.plan_targets``, as it reads
+  training loop makes it on the CPU before the batch moves, ``Solver.plan``, as it reads
   sizes back).
   Subtree embeddings (Merge) depend only on gold tokens and the memory, never on goals, so they
   are computed bottom-up first, one batched Merge per tree depth; then goals are computed

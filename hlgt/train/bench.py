@@ -56,7 +56,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
         if i == 1:
             _sync(device)
             start = time.perf_counter()
-        out = solver(solver.plan_targets(batch).to(device))
+        out = solver(solver.plan(batch).to(device))
         opt.zero_grad(set_to_none=True)
         out["loss"].backward()
         opt.step()
@@ -118,7 +118,7 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
         with record_function(OPTIMIZER):
             opt.step()
 
-    batches = [solver.plan_targets(b) for b in batches]  # as the training loop does, before the step
+    batches = [solver.plan(b) for b in batches]  # as the training loop does, before the step
     step(batches[0])  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for batch in batches[1:]:

@@ -165,7 +165,7 @@ def tree_loss_sum(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: 
     try:
         for start in range(0, len(kept), batch_size):
             chunk = kept[start:start + batch_size]
-            batch = solver.plan_targets(collate(chunk, vocab, variant=variant)).to(device)
+            batch = solver.plan(collate(chunk, vocab, variant=variant)).to(device)
             total += float(solver(batch)["tree_loss"]) * len(chunk)
     finally:
         solver.train(was_training)

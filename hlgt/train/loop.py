@@ -421,7 +421,7 @@ class Trainer:
         stats = EpochStats(self.parts, self.rt.device)
         lr = self.opt.param_groups[0]["lr"]
         for batch in self.train_batches(epoch):
-            self._step(self.solver.plan_targets(batch).to(self.rt.device), stats)
+            self._step(self.solver.plan(batch).to(self.rt.device), stats)
         self.sched.step()
         elapsed = time.perf_counter() - started
         sums = stats.sums()
