@@ -238,8 +238,8 @@ def test_type_groups_equal_gathered_weights():
     types = torch.tensor([3, 0, 3, 1, 6, 6, 0, 2, 3, 5, 4])
     w = torch.randn(7, 5, 4)
     expected = torch.bmm(x.unsqueeze(1), w[types]).squeeze(1)
-    torch.testing.assert_close(TypeGroups(types, 7).linear(x, w), expected)
-    torch.testing.assert_close(TypeGroups(types, 1).linear(x, w[:1]), x @ w[0])
+    torch.testing.assert_close(TypeGroups.of(types, 7).linear(x, w), expected)
+    torch.testing.assert_close(TypeGroups.of(types, 1).linear(x, w[:1]), x @ w[0])
 
 
 def test_a_layout_made_ahead_on_another_device_gives_the_same_outputs():

@@ -354,6 +354,24 @@ def test_every_parameter_gets_a_gradient(kw, max_ops):
     torch.testing.assert_close(model(batch)["loss"].detach(), untied)
 
 
+def test_a_planned_batch_moves_in_one_transfer_per_dtype():
+    # To a GPU every separate copy makes the host wait: the batch, its tree plan and its graph
+    # layout travel as one buffer per dtype, and arrive as views of it.
+    from hlgt.data.collate import _tensors, packed_to
+
+    batch = solver(encoder="hlgt").plan(collate(make_rows(4, 5), VOCAB))
+    moved = batch.to("meta")
+    tensors, arrived = _tensors(batch), _tensors(moved)
+    assert len(arrived) == len(tensors) and moved.tree_plan.goal_node.is_meta and moved.graph_layout.groups.perm.is_meta
+    assert all(m.is_meta and m.shape == t.shape and m.dtype == t.dtype for t, m in zip(tensors, arrived))
+    assert len({id(m._base) for m in arrived}) == len({t.dtype for t in tensors})
+    assert moved.checked and moved.graph_layout.groups.counts == batch.graph_layout.groups.counts
+    assert moved.tree_plan.goal_starts == batch.tree_plan.goal_starts
+    parts = [torch.arange(6).view(2, 3), torch.zeros(0, dtype=torch.long), torch.tensor([7])]
+    assert all(torch.equal(a, b) for a, b in zip(packed_to(parts, torch.device("cpu")), parts))
+    assert batch.to("cpu").tokens is batch.tokens  # already there: not copied
+
+
 def test_batches_planned_before_the_step_give_the_same_losses():
     # The training loop lays the gold trees and the graph out on the CPU (a GPU step would wait
     # for their sizes).

@@ -299,7 +299,7 @@ class RelationRGATConv(RGATConv):
 
     def message(self, x_i: Tensor, x_j: Tensor, edge_type: Tensor, edge_attr: Tensor | None,
                 index: Tensor, ptr: Tensor | None, size_i: int | None) -> Tensor:
-        groups = TypeGroups(edge_type, self.num_relations)
+        groups = TypeGroups.of(edge_type, self.num_relations)
         out_i = groups.linear(x_i, self.weight)                                   # [E, heads*out]
         out_j = groups.linear(x_j, self.weight)                                   # [E, heads*out]
         alpha = F.leaky_relu(out_i @ self.q + out_j @ self.k, self.negative_slope)  # [E, heads]

@@ -26,7 +26,6 @@ of G_n, L line edges, R edge types.
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -36,6 +35,8 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import softmax
 
+from hlgt.data.collate import tensors_to
+
 
 def glorot_(weight: Tensor, fan_in: int, fan_out: int) -> None:
     """Glorot-uniform for a (possibly stacked) weight whose blocks are fan_in x fan_out maps."""
@@ -44,16 +45,24 @@ def glorot_(weight: Tensor, fan_in: int, fan_out: int) -> None:
         weight.uniform_(-bound, bound)
 
 
+@dataclass
 class TypeGroups:
     """Rows grouped by type once, reused by every type-specific projection of one forward."""
 
-    def __init__(self, types: Tensor, num_types: int):
-        self.num_types = num_types
-        if num_types > 1:
-            self.perm = torch.argsort(types, stable=True)                         # [N] rows sorted by type
-            self.inv = torch.empty_like(self.perm)
-            self.inv[self.perm] = torch.arange(len(types), device=types.device)   # [N]
-            self.counts = torch.bincount(types, minlength=num_types).tolist()
+    num_types: int
+    perm: Tensor | None = None                                                    # [N] rows sorted by type
+    inv: Tensor | None = None                                                     # [N] each row's place in perm
+    counts: list[int] | None = None                                               # rows per type
+
+    @classmethod
+    def of(cls, types: Tensor, num_types: int) -> "TypeGroups":
+        """types [N] (not read when num_types is 1: every row shares type 0's weights)."""
+        if num_types == 1:
+            return cls(1)
+        perm = torch.argsort(types, stable=True)                                  # [N]
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(len(types), device=types.device)                # [N]
+        return cls(num_types, perm, inv, torch.bincount(types, minlength=num_types).tolist())
 
     def linear(self, x: Tensor, weight: Tensor) -> Tensor:
         """x [N, a] times weight[type] with weight [num_types, a, b] -> [N, b]."""
@@ -63,12 +72,6 @@ class TypeGroups:
         # unbind, not weight[t]: the backward of one select per type would zero-fill all of weight each time.
         out = torch.cat([p @ w for p, w in zip(parts, weight.unbind(0))])         # [N, b] sorted by type
         return out.index_select(0, self.inv)                                      # [N, b]
-
-    def to(self, device: torch.device | str) -> "TypeGroups":
-        moved = copy.copy(self)
-        if self.num_types > 1:
-            moved.perm, moved.inv = self.perm.to(device), self.inv.to(device)
-        return moved
 
 
 @dataclass
@@ -88,10 +91,10 @@ class GraphLayout:
         """edge_index [2, E], node_type [N] (read only when num_types > 1)."""
         touched, local = torch.unique(edge_index, return_inverse=True)            # [Nt], [2, E]
         types = node_type.index_select(0, touched) if num_types > 1 else touched  # [Nt]
-        return cls(touched, local, TypeGroups(types, num_types))
+        return cls(touched, local, TypeGroups.of(types, num_types))
 
     def to(self, device: torch.device | str) -> "GraphLayout":
-        return GraphLayout(self.touched.to(device), self.local.to(device), self.groups.to(device))
+        return tensors_to(self, device)
 
 
 class HLGTConv(MessagePassing):
