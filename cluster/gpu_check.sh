@@ -9,17 +9,20 @@
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
-# BATCH (64, the paper's). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the same
-# steps on the CPU in a minute (tests/test_cluster.py).
+# BATCH (64, the paper's), BEFORE (a folder holding an older commit's `hlgt` package, made with
+# `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
+# card in the same call). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the same steps
+# on the CPU in a minute (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
 DEVICE=${DEVICE:-cuda}
 DATASET=${DATASET:-math23k}
-SHARDS=${SHARDS:-datasets/processed/${DATASET}-offline}
+SHARDS=$(realpath -m "${SHARDS:-datasets/processed/${DATASET}-offline}")
 MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 status=0
 { nvidia-smi || true; python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
   > "$OUT/machine.txt" 2>&1
@@ -39,9 +42,18 @@ else:
 PY
 tail -1 "$OUT/trials_per_gpu.txt" >&2
 
+bench() {  # training and decoding speed of full and gts, with the hlgt package of the current folder
+  python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
+    --batch-size "$BATCH" --decode-limit 64 --ablation full,gts
+}
+if [ -n "${BEFORE:-}" ]; then
+  echo "[gpu_check] speed of the code in $BEFORE: full and gts" >&2
+  (cd "$BEFORE" && bench) > "$OUT/bench_before.txt" 2>&1 || status=1
+  tail -4 "$OUT/bench_before.txt" >&2
+fi
+
 echo "[gpu_check] speed: full and gts, same card, same call" >&2
-python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
-  --batch-size "$BATCH" --decode-limit 64 --ablation full,gts > "$OUT/bench.txt" 2>&1 || status=1
+bench > "$OUT/bench.txt" 2>&1 || status=1
 tail -4 "$OUT/bench.txt" >&2
 
 echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2

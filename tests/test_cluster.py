@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -172,14 +173,17 @@ def test_submit_runs_the_smoke_sweep(local_ray_with_jobs, tmp_path):
 @pytest.mark.slow
 def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     # The prepared device script, on the sample data and the CPU: every step runs and logs.
+    # BEFORE: an older commit's package, timed first (here this one, copied).
+    shutil.copytree(ROOT / "hlgt", tmp_path / "before" / "hlgt")
     env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", MINUTES="0.2", LIMIT="64",
-               BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"))
+               BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"))
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| full |" in (tmp_path / "out" / "bench.txt").read_text()
+    assert "| full |" in (tmp_path / "out" / "bench_before.txt").read_text()
     assert (tmp_path / "out" / "curve" / "curve.json").is_file()
 
 
