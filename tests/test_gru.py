@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from hlgt.model.gru import bigru
+from hlgt.model.gru import Packing, _nn_bigru, bigru
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,21 +25,25 @@ def test_outputs_states_and_all_gradients_equal_nn_gru(layers, lengths):
     lengths = torch.tensor(lengths)
     x = torch.randn(len(lengths), int(lengths.max()) + 1, 3, dtype=torch.double, requires_grad=True)
     w_out, w_h = torch.randn(len(lengths), x.size(1), 4).double(), torch.randn(2 * layers, len(lengths), 4).double()
+    # The GPU path (nn.GRU over the packing made ahead, here on the CPU) and a packing made ahead.
+    planned = (lambda gru, x, lengths: _nn_bigru(gru, x, Packing.of(lengths, x.size(1))),
+               lambda gru, x, lengths: bigru(gru, x, lengths, packing=Packing.of(lengths, x.size(1))))
     results = []
-    for fn in (reference, bigru):
+    for fn in (reference, bigru, *planned):
         gru.zero_grad()
         x.grad = None
         out, h_n = fn(gru, x, lengths)
         ((out * w_out).sum() + (h_n * w_h).sum()).backward()
         results.append((out.detach(), h_n.detach(), x.grad.clone(), [p.grad.clone() for p in gru.parameters()]))
-    (ref_out, ref_h, ref_dx, ref_dw), (out, h_n, dx, dw) = results
-    torch.testing.assert_close(out, ref_out)
-    torch.testing.assert_close(h_n, ref_h)
-    torch.testing.assert_close(dx, ref_dx)
-    for a, b in zip(dw, ref_dw):
-        torch.testing.assert_close(a, b)
-    for row, n in enumerate(lengths.tolist()):  # padding stays zero
-        assert (out[row, n:] == 0).all()
+    (ref_out, ref_h, ref_dx, ref_dw), *others = results
+    for out, h_n, dx, dw in others:
+        torch.testing.assert_close(out, ref_out)
+        torch.testing.assert_close(h_n, ref_h)
+        torch.testing.assert_close(dx, ref_dx)
+        for a, b in zip(dw, ref_dw):
+            torch.testing.assert_close(a, b)
+        for row, n in enumerate(lengths.tolist()):  # padding stays zero
+            assert (out[row, n:] == 0).all()
 
 
 def test_inter_layer_dropout_only_in_training():

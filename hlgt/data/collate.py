@@ -42,11 +42,13 @@ class Batch:
     target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
     target_mask: torch.Tensor  # [B, S] True on real target tokens
     answers: list[float]
-    # The gold trees laid out for the decoder (hlgt.model.tree_decoder.TreePlan) and the graph for
-    # the HLGT layers (hlgt.model.hlgt_conv.GraphLayout), when the caller made them on the CPU
-    # before moving the batch (Solver.plan); to() moves them along.
+    # The gold trees laid out for the decoder (hlgt.model.tree_decoder.TreePlan), the graph for the
+    # HLGT layers (hlgt.model.hlgt_conv.GraphLayout) and the lengths packed for the BiGRUs
+    # (hlgt.model.gru.Packing), when the caller made them on the CPU before moving the batch
+    # (Solver.plan); to() moves them along.
     tree_plan: Any = None
     graph_layout: Any = None
+    packing: Any = None
     # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
     # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
     checked: bool = dataclasses.field(default=False, init=False)

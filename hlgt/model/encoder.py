@@ -126,10 +126,10 @@ class Encoder(nn.Module):
         B, T = tokens.shape
         mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
-        h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision)              # [B, T, H], [4, B, H]
+        h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision, batch.packing)  # [B, T, H], [4, B, H]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=h_n[-2] + h_n[-1], mask=mask)
-        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision)  # [B, T, H], [2, B, H]
+        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision, batch.packing)  # [B, T, H], [2, B, H]
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
         h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]

@@ -20,7 +20,8 @@ about a quarter of a training step of the GTS arm went into those fills and adds
   backpropagation through time over the packed steps and forms the hidden-weight gradient as one
   matrix product over all steps at the end.
 
-On CUDA, cuDNN's fused GRU is faster than any Python loop: there ``nn.GRU`` itself runs.
+On CUDA, cuDNN's fused GRU is faster than any Python loop: there ``nn.GRU`` itself runs, over
+the same packing (``Packing``, made ahead on the CPU, so that no value is read back in the step).
 
 ``low_precision=True`` (inference only, CPU): the matrix products take bfloat16 operands, the
 state, gates and sums stay float32. On a CPU with bfloat16 dot-product instructions (AVX512-BF16,
@@ -29,42 +30,56 @@ prediction can change. Off by default (``model.bf16_inference``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 from torch.profiler import record_function
+
+from hlgt.data.collate import tensors_to
 
 # The profiler's name for the CPU recurrence (forward and backward): on a GPU, cuDNN's fused GRU
 # runs instead, so operator counts meant for the GPU leave these out (hlgt.train.bench --profile).
 CPU_GRU = "hlgt::cpu_bigru"
 
 
-def bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, low_precision: bool = False) -> tuple[Tensor, Tensor]:
+def bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, low_precision: bool = False,
+          packing: Packing | None = None) -> tuple[Tensor, Tensor]:
     """x [B, T, I], lengths [B] (1..T) -> forward + backward state per token [B, T, H] (zeros on
-    padding; GTS sums the two directions), final states h_n [2*layers, B, H]."""
+    padding; GTS sums the two directions), final states h_n [2*layers, B, H].
+    ``packing``: ``Packing.of(lengths, T)``, made here when not given (on a GPU that reads the
+    lengths back: a host synchronisation)."""
     if not (gru.bidirectional and gru.batch_first and gru.bias):
         raise ValueError("bigru expects nn.GRU(..., bias=True, batch_first=True, bidirectional=True)")
     if low_precision and torch.is_grad_enabled():
         raise ValueError("bfloat16 products are for inference only: call under torch.no_grad()")
     low = torch.bfloat16 if low_precision and not x.is_cuda else None
-    B, T, _ = x.shape
-    H = gru.hidden_size
+    T = x.size(1)
     if x.is_cuda:
-        gru.flatten_parameters()  # a deep-copied module (the best model) loses cuDNN's flat weights
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_n = gru(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # [B, T, 2H]
-        return out[..., :H] + out[..., H:], h_n
+        return _nn_bigru(gru, x, packing if packing is not None else Packing.of(lengths, T).to(x.device))
     with record_function(CPU_GRU):
-        return _cpu_bigru(gru, x, lengths, low)
+        return _cpu_bigru(gru, x, packing if packing is not None else Packing.of(lengths, T), low)
 
 
-def _cpu_bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, low: torch.dtype | None) -> tuple[Tensor, Tensor]:
-    """``bigru`` on the CPU: packing plan, input projections, then ``_Recurrence`` per layer."""
+def _nn_bigru(gru: nn.GRU, x: Tensor, packing: Packing) -> tuple[Tensor, Tensor]:
+    """``bigru`` by ``nn.GRU`` itself (cuDNN's fused GRU on a GPU) over the batch packed as
+    ``pack_padded_sequence`` packs it, from ``packing``'s indices: no value is read back."""
     B, T, _ = x.shape
     H = gru.hidden_size
-    plan = _Plan(lengths, T)
+    gru.flatten_parameters()  # a deep-copied module (the best model) loses cuDNN's flat weights
+    data = x.reshape(B * T, -1).index_select(0, packing.fwd_src)                # [P, I] time-major
+    batch_sizes = torch.tensor(packing.batch_sizes, dtype=torch.long)           # on the CPU, as nn.GRU wants
+    out, h_n = gru(PackedSequence(data, batch_sizes, packing.order, packing.unsort))  # h_n in batch order
+    padded = out.data.new_zeros(B * T, 2 * H).index_copy(0, packing.fwd_src, out.data)  # [B*T, 2H]
+    return (padded[:, :H] + padded[:, H:]).view(B, T, H), h_n
+
+
+def _cpu_bigru(gru: nn.GRU, x: Tensor, plan: Packing, low: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    """``bigru`` on the CPU: input projections, then ``_Recurrence`` per layer, in ``plan``'s packing."""
+    B, T, _ = x.shape
+    H = gru.hidden_size
     flat = x.reshape(B * T, -1)
     # Layer input in packed order: [2, P, I], forward direction then reverse direction.
     inp = torch.stack([flat.index_select(0, plan.fwd_src), flat.index_select(0, plan.rev_src)])   # [2, P, I]
@@ -104,29 +119,43 @@ def _affine(x: Tensor, w: Tensor, b: Tensor, low: torch.dtype | None) -> Tensor:
     return _product(x, w, low).add_(b)
 
 
-class _Plan:
-    """Index bookkeeping of one batch: sort by length, pack time-major, reverse within length."""
+@dataclass
+class Packing:
+    """Index bookkeeping of one batch's lengths: sorted by length, packed time-major (as
+    ``PackedSequence`` packs), each sequence also reversed within its length. Made on the CPU
+    (``Packing.of``: it reads the lengths), before the batch moves to a GPU (``Solver.plan``)."""
 
-    def __init__(self, lengths: Tensor, T: int) -> None:
+    batch_sizes: list[int]  # rows per time step (non-increasing)
+    order: Tensor           # [B] rows sorted by length, longest first (stable)
+    unsort: Tensor          # [B] each row's place in order
+    fwd_src: Tensor         # [P] token row * T + t of each packed position
+    rev_src: Tensor         # [P] token row * T + (length - 1 - t): the reversed packing
+    rev_of_fwd: Tensor      # [P] a forward position's token in the reversed packing
+    fwd_of_rev: Tensor      # [P] a reversed position's token in the forward packing
+
+    @classmethod
+    def of(cls, lengths: Tensor, T: int) -> "Packing":
         lengths = lengths.cpu().long()
         if lengths.numel() == 0 or int(lengths.min()) < 1 or int(lengths.max()) > T:
             raise ValueError(f"lengths must lie in [1, {T}], got {lengths.tolist()}")
         sorted_len, order = torch.sort(lengths, descending=True, stable=True)
-        self.unsort = torch.empty_like(order).scatter_(0, order, torch.arange(len(order)))
+        unsort = torch.empty_like(order).scatter_(0, order, torch.arange(len(order)))
         steps = torch.arange(int(sorted_len[0]))
         active = steps.unsqueeze(1) < sorted_len.unsqueeze(0)                 # [Tmax, B] time-major
-        self.batch_sizes = active.sum(1).tolist()
         t, i = active.nonzero(as_tuple=True)                                  # packed order: by t, then i
         row = order[i]                                                        # original batch row
-        self.fwd_src = row * T + t                                            # token (row, t)
-        self.rev_src = row * T + (sorted_len[i] - 1 - t)                      # token (row, len-1-t)
+        fwd_src = row * T + t                                                 # token (row, t)
+        rev_src = row * T + (sorted_len[i] - 1 - t)                           # token (row, len-1-t)
         # The same token's position in the other packing: forward position of (row, s) is where
         # fwd_src == row*T + s. Map token id -> packed position, then look the partner up.
         pos = torch.full((len(lengths) * T,), -1, dtype=torch.long)
-        pos[self.fwd_src] = torch.arange(len(t))
-        self.rev_of_fwd = torch.empty_like(pos[: len(t)])
-        self.rev_of_fwd[pos[self.rev_src]] = torch.arange(len(t))             # fwd position -> rev position
-        self.fwd_of_rev = pos[self.rev_src]                                   # rev position -> fwd position
+        pos[fwd_src] = torch.arange(len(t))
+        rev_of_fwd = torch.empty_like(pos[: len(t)])
+        rev_of_fwd[pos[rev_src]] = torch.arange(len(t))                       # fwd position -> rev position
+        return cls(active.sum(1).tolist(), order, unsort, fwd_src, rev_src, rev_of_fwd, pos[rev_src])
+
+    def to(self, device: torch.device | str) -> "Packing":
+        return tensors_to(self, device)
 
 
 class _Recurrence(torch.autograd.Function):

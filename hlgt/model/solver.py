@@ -36,6 +36,7 @@ from hlgt.data.collate import Batch
 from hlgt.data.vocab import Vocab
 from hlgt.model.comparison import Comparison
 from hlgt.model.encoder import Encoder
+from hlgt.model.gru import Packing
 from hlgt.model.tree_decoder import TreeDecoder, tree_plan
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
@@ -80,13 +81,14 @@ class Solver(nn.Module):
         return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com, "scales": enc.scales()}
 
     def plan(self, batch: Batch) -> Batch:
-        """The batch with its gold trees laid out for the decoder (``tree_plan``) and its graph for
-        the HLGT layers (``GraphLayout``), made here, where the batch is, before it moves to a GPU:
-        the layouts and the targets' checks read values back, which on a GPU would make every
-        training step wait."""
+        """The batch with its gold trees laid out for the decoder (``tree_plan``), its graph for the
+        HLGT layers (``GraphLayout``) and its lengths packed for the BiGRUs (``Packing``), made here,
+        where the batch is, before it moves to a GPU: the layouts and the targets' checks read
+        values back, which on a GPU would make every training step wait."""
         self._check_targets(batch)
         batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
         batch.graph_layout = self.encoder.graph_layout(batch)
+        batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
         return batch
 
     def parts(self) -> dict[str, list[nn.Parameter]]:

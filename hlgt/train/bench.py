@@ -134,8 +134,8 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
 
     lineage = [ancestors(e) for e in events]  # walked once per event
     nested = [any(a.startswith("aten::") for a in up) for up in lineage]
-    # The CPU recurrence is replaced by cuDNN's fused GRU on a GPU: counted apart, and its packing
-    # plan's value reads are no GPU syncs (the GPU path copies each batch's lengths to the host once).
+    # The CPU recurrence is replaced by cuDNN's fused GRU on a GPU: counted apart (both run over the
+    # batch's Packing, made ahead by Solver.plan).
     in_gru = [CPU_GRU in up for up in lineage]
     syncs: dict[str, int] = {}
     for e, up, g in zip(events, lineage, in_gru):
