@@ -76,30 +76,30 @@ def _nn_bigru(gru: nn.GRU, x: Tensor, packing: Packing) -> tuple[Tensor, Tensor]
     return (padded[:, :H] + padded[:, H:]).view(B, T, H), h_n
 
 
-def _cpu_bigru(gru: nn.GRU, x: Tensor, plan: Packing, low: torch.dtype | None) -> tuple[Tensor, Tensor]:
-    """``bigru`` on the CPU: input projections, then ``_Recurrence`` per layer, in ``plan``'s packing."""
+def _cpu_bigru(gru: nn.GRU, x: Tensor, packing: Packing, low: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    """``bigru`` on the CPU: input projections, then ``_Recurrence`` per layer, in ``packing``'s order."""
     B, T, _ = x.shape
     H = gru.hidden_size
     flat = x.reshape(B * T, -1)
     # Layer input in packed order: [2, P, I], forward direction then reverse direction.
-    inp = torch.stack([flat.index_select(0, plan.fwd_src), flat.index_select(0, plan.rev_src)])   # [2, P, I]
+    inp = torch.stack([flat.index_select(0, packing.fwd_src), flat.index_select(0, packing.rev_src)])   # [2, P, I]
     finals = []
     for layer in range(gru.num_layers):
         w_ih, w_hh, b_ih, b_hh = (torch.stack([getattr(gru, f"{name}_l{layer}{sfx}") for sfx in ("", "_reverse")])
                                   for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
         gi = _product(inp, w_ih.transpose(1, 2), low)                         # [2, P, 3H] without b_ih
-        out, h_n = _Recurrence.apply(gi, w_hh, b_hh, b_ih, plan.batch_sizes, low)  # [2, P, H], [2, B, H]
+        out, h_n = _Recurrence.apply(gi, w_hh, b_hh, b_ih, packing.batch_sizes, low)  # [2, P, H], [2, B, H]
         finals.append(h_n)
         fwd, rev = out[0], out[1]                                             # [P, H] x 2
         if layer + 1 < gru.num_layers:
             # Next input per token: [its forward : its reverse state], dropped out once (as nn.GRU
             # does: both directions see the same mask), then laid out in both packings.
-            nxt = torch.cat([fwd, rev.index_select(0, plan.rev_of_fwd)], -1)  # [P, 2H] forward packing
+            nxt = torch.cat([fwd, rev.index_select(0, packing.rev_of_fwd)], -1)  # [P, 2H] forward packing
             nxt = F.dropout(nxt, gru.dropout, gru.training) if gru.dropout > 0 else nxt
-            inp = torch.stack([nxt, nxt.index_select(0, plan.fwd_of_rev)])    # [2, P, 2H]
-    summed = fwd + rev.index_select(0, plan.rev_of_fwd)                       # [P, H] forward packing
-    padded = summed.new_zeros(B * T, H).index_copy(0, plan.fwd_src, summed)  # [B*T, H]
-    h_n = torch.cat(finals).index_select(1, plan.unsort)                      # [2*layers, B, H]
+            inp = torch.stack([nxt, nxt.index_select(0, packing.fwd_of_rev)])    # [2, P, 2H]
+    summed = fwd + rev.index_select(0, packing.rev_of_fwd)                       # [P, H] forward packing
+    padded = summed.new_zeros(B * T, H).index_copy(0, packing.fwd_src, summed)  # [B*T, H]
+    h_n = torch.cat(finals).index_select(1, packing.unsort)                      # [2*layers, B, H]
     return padded.view(B, T, H), h_n
 
 

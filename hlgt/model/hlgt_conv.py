@@ -35,8 +35,6 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import softmax
 
-from hlgt.data.collate import tensors_to
-
 
 def glorot_(weight: Tensor, fan_in: int, fan_out: int) -> None:
     """Glorot-uniform for a (possibly stacked) weight whose blocks are fan_in x fan_out maps."""
@@ -92,9 +90,6 @@ class GraphLayout:
         touched, local = torch.unique(edge_index, return_inverse=True)            # [Nt], [2, E]
         types = node_type.index_select(0, touched) if num_types > 1 else touched  # [Nt]
         return cls(touched, local, TypeGroups.of(types, num_types))
-
-    def to(self, device: torch.device | str) -> "GraphLayout":
-        return tensors_to(self, device)
 
 
 class HLGTConv(MessagePassing):

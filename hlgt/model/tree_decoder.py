@@ -52,7 +52,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hlgt.data.collate import tensors_to
 
 NEG = -1e12  # GTS's mask value for logits of padded numbers and padded tokens
 
@@ -113,9 +112,6 @@ class TreePlan:
     sub_batch: torch.Tensor  # [M] problem index in sub order
     sub_left_row: torch.Tensor  # [M] row of the left child in the next level's sub order (operators)
     sub_right_row: torch.Tensor  # [M] row of the right child in the next level's sub order (operators)
-
-    def to(self, device: torch.device | str) -> "TreePlan":
-        return tensors_to(self, device)
 
 
 def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreePlan:
