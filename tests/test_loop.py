@@ -226,3 +226,21 @@ def test_a_run_that_fails_before_its_first_epoch_leaves_no_folder(shards, tmp_pa
     with pytest.raises(Exception):
         loop.train(tiny(), broken, run_dir=run)
     assert not run.exists() and not (tmp_path / "runs").exists()
+
+
+def test_epoch_stats_norms_are_each_parts_and_the_whole_models():
+    # One multi-tensor norm per step, summed by part, equals the per-part and global norms that
+    # clip_grad_norm_ would take; a parameter without a gradient counts as zero.
+    import torch
+
+    torch.manual_seed(0)
+    a, b, c, idle = (torch.nn.Parameter(torch.randn(s)) for s in ((3, 4), (5,), (2, 2), (7,)))
+    for p in (a, b, c):
+        p.grad = torch.randn_like(p)
+    stats = loop.EpochStats({"x": [a, b], "y": [c, idle], "z": [idle]}, torch.device("cpu"))
+    out = {"loss": torch.tensor(1.0), "tree_loss": torch.tensor(1.0), "com_loss": torch.tensor(0.0), "scales": {}}
+    total = stats.step(out, 4)
+    get = torch.nn.utils.get_total_norm
+    torch.testing.assert_close(total, get([a.grad, b.grad, c.grad]))
+    torch.testing.assert_close(stats.norm_max, torch.stack([total, get([a.grad, b.grad]), get([c.grad]),
+                                                            torch.tensor(0.0)]))
