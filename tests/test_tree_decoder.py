@@ -198,8 +198,8 @@ def parses(tokens: list[int], n_consts: int, nq: int) -> bool:
 def reference_beam(dec, inputs, b: int, K: int, max_len: int) -> list[int]:
     """Per-problem beam search with Python lists of beams (GTS's evaluate_tree, plus the masks)."""
     one = {k: v[b : b + 1] for k, v in inputs.items() if k not in ("target", "target_mask")}
-    cands, valid = dec.candidates(one["memory"], one["num_pos"], one["num_mask"])
-    keys, cand_keys = dec.memory_keys(one["memory"]), dec.candidate_keys(cands)
+    src = dec.sources(one["memory"], one["mask"], one["num_pos"], one["num_mask"])
+    cands, valid = src.cands, ~src.cand_pad
     zero = torch.zeros(1, dtype=torch.long)
     beams = [(0.0, [one["problem"]], [], [])]  # score, node stack, embedding stack, out
     for _ in range(max_len):
@@ -213,7 +213,7 @@ def reference_beam(dec, inputs, b: int, K: int, max_len: int) -> list[int]:
             node = nodes[-1]
             left = trees[-1][1] if trees and trees[-1][0] == "tree" else None
             goal = dec.left_goal(node) if left is None else dec.right_goal(left, node)
-            logits, context = dec.predict(goal, zero, one["memory"], keys, one["mask"], cand_keys, valid)
+            logits, context = dec.predict(goal, zero, src)
             logp = torch.log_softmax(logits, -1)[0]
             for token in range(logp.numel()):
                 if token >= N_OPS and not valid[0, token - N_OPS]:

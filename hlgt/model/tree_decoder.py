@@ -69,11 +69,27 @@ def _children(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _gated(left), _gated(right)
 
 
-def _affine_of_tanh(sig2a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``weight . tanh(a) + bias`` from ``sigmoid(2a)`` [..., H], weight [1, H] -> [...]:
-    tanh(a) = 2 sigmoid(2a) - 1, so the affine map folds into the weights."""
-    shift = -weight.sum(-1) if bias is None else bias - weight.sum(-1)  # [1]
-    return F.linear(sig2a, 2 * weight, shift).squeeze(-1)
+def _tanh_folded(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``v . tanh(a) + c`` as ``v2 . sigmoid(2a) + c2``: tanh(a) = 2 sigmoid(2a) - 1, so the affine
+    map folds into its weights. weight v [1, H], bias c [1] or None -> (v2 [1, H], c2 [1])."""
+    return 2 * weight, (-weight.sum(-1) if bias is None else bias - weight.sum(-1))
+
+
+@dataclass
+class Sources:
+    """What every decoding step reads of the batch's problems and of the layers' fixed parts, made
+    once per forward pass or search (``TreeDecoder.sources``)."""
+
+    memory: torch.Tensor  # [B, T, H]
+    pad: torch.Tensor  # [B, T] True on padded tokens
+    keys: torch.Tensor  # [B, T, H] the memory's part of TreeAttn's layer, doubled (see ``attend``)
+    cands: torch.Tensor  # [B, O, H] constants then the problem's numbers, zero on padded numbers
+    cand_pad: torch.Tensor  # [B, O] True on padded numbers
+    cand_keys: torch.Tensor  # [B, O, H] the candidates' part of Score's layer, doubled
+    goal_weight: torch.Tensor  # [H, H] the goal's part of TreeAttn's layer, doubled
+    leaf_weight: torch.Tensor  # [H, 2H] the [goal; context] part of Score's layer, doubled
+    attn_out: tuple[torch.Tensor, torch.Tensor]  # TreeAttn.score folded (``_tanh_folded``)
+    score_out: tuple[torch.Tensor, torch.Tensor]  # Score.score folded
 
 
 @dataclass
@@ -254,52 +270,51 @@ class TreeDecoder(nn.Module):
         """Goal of a right child from its left sibling's subtree embedding. [n, H] x2 -> [n, H]"""
         return _gated(self.goal_right(torch.cat([self.dropout(left_tree), self.dropout(node)], -1)))
 
-    def memory_keys(self, memory: torch.Tensor) -> torch.Tensor:
-        """The memory's part of TreeAttn's layer, once per problem, doubled (see ``attend``).
-        [B, T, H] -> [B, T, H]"""
-        H = self.hidden_size
-        return F.linear(memory, self.attn.weight[:, H:], self.attn.bias).mul_(2)
-
-    def candidates(self, memory: torch.Tensor, num_pos: torch.Tensor, num_mask: torch.Tensor):
-        """Embeddings of constants then the problem's numbers (eq. 7), zero on padded numbers.
-
-        Returns ([B, C+Q, H], [B, C+Q] bool valid)."""
+    def sources(self, memory: torch.Tensor, mask: torch.Tensor, num_pos: torch.Tensor,
+                num_mask: torch.Tensor) -> Sources:
+        """``Sources`` of a batch: memory [B, T, H], mask [B, T] True on real tokens, num_pos /
+        num_mask [B, Q]. The candidates are the constants' embeddings, then the memory vector at
+        each number's token (eq. 7); one dropout mask on them per pass (module docstring)."""
         B, _, H = memory.shape
         nums = memory.gather(1, num_pos[:, :, None].expand(-1, -1, H)) * num_mask[:, :, None]  # [B, Q, H]
-        consts = self.const_embedding[None].expand(B, -1, -1)  # [B, C, H]
-        valid = torch.cat([num_mask.new_ones(B, self.n_consts), num_mask], 1)  # [B, C+Q]
-        return torch.cat([consts, nums], 1), valid
+        cands = torch.cat([self.const_embedding[None].expand(B, -1, -1), nums], 1)  # [B, O, H]
+        cand_pad = torch.cat([num_mask.new_zeros(B, self.n_consts), ~num_mask], 1)  # [B, O]
+        return Sources(
+            memory=memory,
+            pad=~mask,
+            keys=F.linear(memory, self.attn.weight[:, H:], self.attn.bias).mul_(2),
+            cands=cands,
+            cand_pad=cand_pad,
+            cand_keys=F.linear(self.dropout(cands), self.score.weight[:, 2 * H :], self.score.bias).mul_(2),
+            goal_weight=2 * self.attn.weight[:, :H],
+            leaf_weight=2 * self.score.weight[:, : 2 * H],
+            attn_out=_tanh_folded(self.attn_score.weight, self.attn_score.bias),
+            score_out=_tanh_folded(self.score_out.weight, None),
+        )
 
-    def candidate_keys(self, cands: torch.Tensor) -> torch.Tensor:
-        """The candidates' part of Score's layer, doubled (see ``attend``). [B, O, H] -> [B, O, H]"""
-        H = self.hidden_size
-        return F.linear(self.dropout(cands), self.score.weight[:, 2 * H :], self.score.bias).mul_(2)
-
-    def attend(self, goal, batch, keys, mask):
+    def attend(self, goal, batch, src: Sources):
         """TreeAttn: weights [n, T] of n (dropped-out) goals over their problems' memory tokens."""
-        H = self.hidden_size
         # GTS's v . tanh(a) + c is computed as (2v) . sigmoid(2a) + (c - sum(v)): the same function,
         # since tanh(a) = 2 sigmoid(2a) - 1, but PyTorch's CPU sigmoid runs about 5x faster than its
         # tanh, and this [n, T, H] elementwise op is the largest of decoding (keys hold 2a's memory
         # part). In place on the gathered copy: the biggest tensors of the decoder, allocated once
         # (index_select, whose backward is an index_add, not an accumulating index_put).
-        energy = keys.index_select(0, batch).add_(F.linear(goal, self.attn.weight[:, :H]).mul_(2)[:, None, :]).sigmoid_()  # [n, T, H]
-        energy = _affine_of_tanh(energy, self.attn_score.weight, self.attn_score.bias)  # [n, T]
-        return torch.softmax(energy.masked_fill(~mask[batch], NEG), -1)
+        energy = src.keys.index_select(0, batch).add_(F.linear(goal, src.goal_weight)[:, None, :]).sigmoid_()  # [n, T, H]
+        energy = F.linear(energy, *src.attn_out).squeeze(-1)  # [n, T]
+        return torch.softmax(energy.masked_fill(src.pad.index_select(0, batch), NEG), -1)
 
-    def outputs(self, goal, context, batch, cand_keys, cand_valid):
+    def outputs(self, goal, context, batch, src: Sources):
         """Logits [n, ops+C+Q] from [goal; context]: ops by a linear layer, the rest by Score."""
-        H = self.hidden_size
         leaf = self.dropout(torch.cat([goal, context], -1))  # [n, 2H]
-        hidden = cand_keys.index_select(0, batch).add_(F.linear(leaf, self.score.weight[:, : 2 * H]).mul_(2)[:, None, :]).sigmoid_()  # [n, O, H]
-        num_score = _affine_of_tanh(hidden, self.score_out.weight, None).masked_fill(~cand_valid[batch], NEG)  # [n, O]
+        hidden = src.cand_keys.index_select(0, batch).add_(F.linear(leaf, src.leaf_weight)[:, None, :]).sigmoid_()  # [n, O, H]
+        num_score = F.linear(hidden, *src.score_out).squeeze(-1).masked_fill(src.cand_pad.index_select(0, batch), NEG)  # [n, O]
         return torch.cat([self.ops(leaf), num_score], -1)
 
-    def predict(self, goal, batch, memory, keys, mask, cand_keys, cand_valid):
+    def predict(self, goal, batch, src: Sources):
         """Prediction for n nodes of problems ``batch``: (logits [n, ops+C+Q], context [n, H])."""
-        weights = self.attend(self.dropout(goal), batch, keys, mask)  # [n, T]
-        context = torch.bmm(weights[:, None, :], memory.index_select(0, batch)).squeeze(1)  # [n, H]
-        return self.outputs(goal, context, batch, cand_keys, cand_valid), context
+        weights = self.attend(self.dropout(goal), batch, src)  # [n, T]
+        context = torch.bmm(weights[:, None, :], src.memory.index_select(0, batch)).squeeze(1)  # [n, H]
+        return self.outputs(goal, context, batch, src), context
 
     def child_nodes(self, goal, context, op_ids):
         """GenerateNode: the left and right child node vectors of operators. -> ([n, H], [n, H])"""
@@ -348,9 +363,9 @@ class TreeDecoder(nn.Module):
         """
         B, _, H = memory.shape
         plan = plan if plan is not None else tree_plan(target, target_mask, self.n_ops)
-        cands, cand_valid = self.candidates(memory, num_pos, num_mask)  # [B, O, H]
+        src = self.sources(memory, mask, num_pos, num_mask)
+        cands = src.cands  # [B, O, H]
         O = cands.size(1)
-        keys, cand_keys = self.memory_keys(memory), self.candidate_keys(cands)
 
         # Subtree embeddings, deepest level first: leaves are candidate embeddings, operators merge
         # their children from the level below.
@@ -383,7 +398,7 @@ class TreeDecoder(nn.Module):
                         self.right_goal(subs[d][plan.goal_sib_row[mid:hi]], right_nodes[parent[mid - lo :]]),
                     ]
                 )
-            level_logits, context = self.predict(goal, batch, memory, keys, mask, cand_keys, cand_valid)
+            level_logits, context = self.predict(goal, batch, src)
             logits.append(level_logits)
             ops = plan.goal_op_rows[plan.goal_op_starts[d] : plan.goal_op_starts[d + 1]]
             if ops.numel():
@@ -427,10 +442,10 @@ class TreeDecoder(nn.Module):
         """
         B, T, H = memory.shape
         K, n_ops, device = beam_size, self.n_ops, memory.device
-        cands, cand_valid = self.candidates(memory, num_pos, num_mask)  # [B, O, H]
+        src = self.sources(memory, mask, num_pos, num_mask)
+        cands, cand_pad = src.cands, src.cand_pad  # [B, O, H], [B, O]
         O = cands.size(1)
         V = n_ops + O
-        keys, cand_keys = self.memory_keys(memory), self.candidate_keys(cands)
         generate_table, merge_table = self._operator_tables()
         R = B * K
         row_problem = torch.arange(R, device=device) // K  # [R]
@@ -470,11 +485,11 @@ class TreeDecoder(nn.Module):
             problems, slot = torch.unique_consecutive(batch, return_inverse=True)  # rows are sorted
             beam = rows % K
             spread = memory.new_zeros(problems.numel(), K, T)
-            spread[slot, beam] = self.attend(goal, batch, keys, mask)
+            spread[slot, beam] = self.attend(goal, batch, src)
             live_memory = memory if problems.numel() == B else memory.index_select(0, problems)
             context = torch.bmm(spread, live_memory)[slot, beam]  # [n, H]
-            logp = torch.log_softmax(self.outputs(goal, context, batch, cand_keys, cand_valid), -1)  # [n, V]
-            logp[:, n_ops:] = logp[:, n_ops:].masked_fill(~cand_valid[batch], float("-inf"))
+            logp = torch.log_softmax(self.outputs(goal, context, batch, src), -1)  # [n, V]
+            logp[:, n_ops:] = logp[:, n_ops:].masked_fill(cand_pad[batch], float("-inf"))
             op_fits = length[rows] + goal_top[rows] + 2 <= max_len
             logp[:, :n_ops] = logp[:, :n_ops].masked_fill(~op_fits[:, None], float("-inf"))
             total = torch.full((R, V + 1), float("-inf"), device=device, dtype=logp.dtype)
