@@ -372,6 +372,36 @@ def test_a_planned_batch_moves_in_one_transfer_per_dtype():
     assert batch.to("cpu").tokens is batch.tokens  # already there: not copied
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_planned_training_step_on_the_gpu_never_waits_for_it():
+    # Everything that reads values is made by plan() on the CPU; the step itself (forward,
+    # backward, gradient norms, fused Adam) must not synchronise, and must compute the CPU's losses.
+    from hlgt.config import Config
+    from hlgt.train.loop import EpochStats, make_optimizer
+
+    model = solver(encoder="hlgt")
+    batch = model.plan(collate(make_rows(6, 3), VOCAB))
+    model.eval()
+    on_cpu = model(batch)
+    model.cuda()
+    moved = batch.to("cuda")
+    assert moved.packing.fwd_src.is_cuda and moved.graph_layout.touched.is_cuda and moved.tree_plan.goal_node.is_cuda
+    opt, _ = make_optimizer(Config.from_flat({}), model)
+    stats = EpochStats(model.parts(), torch.device("cuda"))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = model(moved)
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        stats.step(out, len(moved))
+        opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for key in ("loss", "tree_loss", "com_loss"):
+        torch.testing.assert_close(out[key].cpu(), on_cpu[key], atol=1e-4, rtol=1e-4)
+
+
 def test_batches_planned_before_the_step_give_the_same_losses():
     # The training loop lays the gold trees and the graph out on the CPU (a GPU step would wait
     # for their sizes).
