@@ -23,8 +23,10 @@ BiGRUs' operators (``hlgt.model.gru``) are counted apart: on a GPU cuDNN's fused
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+import warnings
 
 import torch
 
@@ -34,6 +36,23 @@ from hlgt.config import ABLATIONS, Config, ablation_arms, parse_overrides
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _syncs_counted(device: torch.device, counted: list):
+    """On a GPU, append to ``counted`` each host synchronisation the block makes (torch.cuda's
+    sync debug mode warns at each one); elsewhere nothing is counted."""
+    if device.type != "cuda":
+        yield
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    counted += [w for w in caught if "synchronizing" in str(w.message)]
 
 
 def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, device: torch.device,
@@ -51,15 +70,16 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     solver.train()
     batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                 variant=cfg.data.graph))
-    timed, start = 0, 0.0
+    timed, start, syncs = 0, 0.0, []
     for i, batch in enumerate(batches):
         if i == 1:
             _sync(device)
             start = time.perf_counter()
-        out = solver(solver.plan(batch).to(device))
-        opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        opt.step()
+        with _syncs_counted(device, syncs) if i >= 1 else contextlib.nullcontext():
+            out = solver(solver.plan(batch).to(device))
+            opt.zero_grad(set_to_none=True)
+            out["loss"].backward()
+            opt.step()
         if i >= 1:
             timed += len(batch)
     _sync(device)
@@ -77,6 +97,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
         return len(decode_rows) / max(time.perf_counter() - start, 1e-9), out
 
     result = {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
+              "train_syncs_per_step": len(syncs) / max(len(batches) - 1, 1) if device.type == "cuda" else None,
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters())}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
@@ -224,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         r = results[arm]
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
                f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""
-        print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s, "
+        syncs = "" if r["train_syncs_per_step"] is None else f" ({r['train_syncs_per_step']:g} host syncs per step)"
+        print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     ref = results.get("gts")
     extra = " bf16 decode problems/s | bf16 predictions changed |" if args.bf16 else ""
