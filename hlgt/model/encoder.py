@@ -50,7 +50,7 @@ from torch_geometric.utils import softmax
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
-from hlgt.model.gru import bigru
+from hlgt.model.gru import Packing, bigru
 from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv, TypeGroups
 
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
@@ -126,10 +126,12 @@ class Encoder(nn.Module):
         B, T = tokens.shape
         mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
-        h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision, batch.packing)  # [B, T, H], [4, B, H]
+        # Solver.plan packs the lengths on the CPU; an unplanned batch is packed here, once for both BiGRUs.
+        packing = batch.packing if batch.packing is not None else Packing.of(lengths, T).to(tokens.device)
+        h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision, packing)    # [B, T, H], [4, B, H]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=h_n[-2] + h_n[-1], mask=mask)
-        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision, batch.packing)  # [B, T, H], [2, B, H]
+        h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision, packing)  # [B, T, H], [2, B, H]
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
         h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
