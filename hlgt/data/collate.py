@@ -104,7 +104,7 @@ def _tensors(obj) -> list[torch.Tensor]:
         value = getattr(obj, f.name)
         if isinstance(value, torch.Tensor):
             out.append(value)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        elif _is_record(value):
             out += _tensors(value)
     return out
 
@@ -116,9 +116,14 @@ def _with_tensors(obj, tensors: Iterator[torch.Tensor]):
         value = getattr(obj, f.name)
         if isinstance(value, torch.Tensor):
             changes[f.name] = next(tensors)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        elif _is_record(value):
             changes[f.name] = _with_tensors(value, tensors)
     return dataclasses.replace(obj, **changes)
+
+
+def _is_record(value) -> bool:
+    """A dataclass instance (its tensors travel with the object holding it)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
 def _moved_packed(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
