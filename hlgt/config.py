@@ -62,6 +62,7 @@ class DataConfig:
     data_dir: str = field(default_factory=default_data_dir)
     fold: int = 0  # MAWPS cross-validation fold (0..4)
     mawps_folds: str = "grouped"  # grouped (no text in two folds) | graph2tree (the literature's file-order folds)
+    mawps_valid: bool = True  # False: the fold's validation problems train too (the literature's protocol; last epoch kept)
     annotator: str = "offline"  # offline | ltp | hanlp
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
     shards_dir: str = field(default_factory=lambda: storage_path("datasets", "processed"))
@@ -155,6 +156,7 @@ class Config:
             ("data.fold", not mawps or 0 <= d.fold < MAWPS_N_FOLDS, f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS"),
             ("data.mawps_folds", not mawps or d.mawps_folds in MAWPS_FOLD_SCHEMES,
              f"must be one of {', '.join(MAWPS_FOLD_SCHEMES)}"),
+            ("data.mawps_valid", mawps or d.mawps_valid, "can be false only for MAWPS (the other datasets' validation is a file)"),
             ("model.hidden_size", m.hidden_size >= 1, "must be >= 1"),
             ("model.embedding_size", m.embedding_size >= 1, "must be >= 1"),
             ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,

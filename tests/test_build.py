@@ -160,6 +160,8 @@ def test_default_folder_and_cli(tmp_path, monkeypatch):
     assert shards_path(cfg) == Path.cwd() / "datasets/processed/mawps-fold3-ltp"
     assert shards_path(cfg.override({"data.mawps_folds": "graph2tree"})) == Path.cwd() / (
         "datasets/processed/mawps-graph2tree-fold3-ltp")
+    assert shards_path(cfg.override({"data.mawps_folds": "graph2tree", "data.mawps_valid": False})) == Path.cwd() / (
+        "datasets/processed/mawps-graph2tree-novalid-fold3-ltp")
     monkeypatch.chdir(tmp_path)
     assert main(["--dataset", "sample", "--split", "valid", "--no-ray", "--shards-dir", "p"]) == 0
     assert (tmp_path / "p" / "sample-offline" / MANIFEST).is_file()
@@ -203,6 +205,18 @@ def test_ape210k_valid_builds_with_every_problem_accounted(tmp_path):
     assert s["records"] == 5000
     assert s["kept"] + sum(s["dropped"].values()) == s["records"]
     assert s["graph"]["avg_nodes"] > 0
+
+
+@pytest.mark.realdata
+def test_mawps_without_held_out_validation_trains_on_the_other_four_folds(real_data, tmp_path):
+    from hlgt.data.build import main
+
+    assert main(["--dataset", "mawps", "--mawps-folds", "graph2tree", "--no-mawps-valid", "--fold", "0",
+                 "--data-dir", str(real_data), "--no-ray", "--shards-dir", str(tmp_path)]) == 0
+    manifest = load_manifest(tmp_path / "mawps-graph2tree-novalid-fold0-offline")
+    splits = manifest["splits"]
+    assert manifest["mawps_valid"] is False and splits["valid"]["records"] == splits["valid"]["kept"] == 0
+    assert splits["train"]["records"] == 2373 - 474 and splits["test"]["kept"] == 474
 
 
 def test_two_commands_building_the_same_folder_at_once_both_succeed(tmp_path):

@@ -206,6 +206,10 @@ def test_committed_mawps_folds_partition_the_ids(scheme):
         assert not set(s["train"]) & set(s["valid"]) and not set(s["train"]) & set(s["test"])
         assert not set(s["valid"]) & set(s["test"])
         assert len(s["train"]) + len(s["valid"]) + len(s["test"]) == 2373
+        # Without held-out validation (the literature's protocol) train is the other folds whole.
+        whole = mawps_fold_ids(k, path=MAWPS_FOLD_FILES[scheme], valid=False)
+        assert whole["valid"] == [] and whole["test"] == s["test"]
+        assert whole["train"] == [i for j, f in enumerate(spec["folds"]) if j != k for i in f]
 
 
 def test_mawps_fold_file_must_match_the_data(tmp_path):

@@ -169,9 +169,35 @@ def test_train_command_config_and_run_name():
     assert run_name(cfg, "gts") == "mawps-fold2-gts-seed4"
     args = build_parser().parse_args(["--dataset", "mawps", "--mawps-folds", "graph2tree"])
     assert run_name(make_config(args), "full") == "mawps-graph2tree-fold0-full-seed1"
+    args = build_parser().parse_args(["--dataset", "mawps", "--mawps-folds", "graph2tree", "--no-mawps-valid"])
+    assert run_name(make_config(args), "full") == "mawps-graph2tree-novalid-fold0-full-seed1"
+    with pytest.raises(ValueError, match="data.mawps_valid"):
+        make_config(build_parser().parse_args(["--dataset", "math23k", "--no-mawps-valid"]))
     assert run_name(tiny(), "full") == "sample-full-seed1"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--mawps-folds", "random"])
+
+
+def _without_validation(shards, out):
+    """A copy of ``shards`` whose valid split is empty, as MAWPS shards with data.mawps_valid=false."""
+    shutil.copytree(shards, out, ignore=shutil.ignore_patterns("valid"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["splits"]["valid"].update(kept=0, shards=[])
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_without_a_validation_split_the_last_epoch_is_kept_and_no_validation_score_is_claimed(
+        shards, tmp_path, capsys):
+    shards = _without_validation(shards, tmp_path / "shards")
+    result = loop.train(tiny(**{"train.lr_step": 10}), shards, run_dir=tmp_path / "run")
+    out = capsys.readouterr().out
+    assert "no validation split: each epoch's model replaces the last" in out and "val value" not in out
+    assert result.metrics[C.BEST_EPOCH] == 2 and C.TEST_VALUE_ACC in result.metrics
+    assert C.VAL_VALUE_ACC not in result.metrics and C.VAL_EQUATION_ACC not in result.metrics
+    published = json.loads((tmp_path / "run" / "best" / "run_config.json").read_text())
+    assert published["epoch"] == 2 and C.VAL_VALUE_ACC not in published
+    assert all(C.VAL_VALUE_ACC in m for m in result.history)  # the ranking key still exists for Ray and Tune
 
 
 def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):

@@ -50,14 +50,15 @@ def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, mon
         use_shards(SAMPLE, tmp_path)
 
 
-def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme(sample_shards, tmp_path, monkeypatch):
+def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme_and_validation(sample_shards, tmp_path, monkeypatch):
     monkeypatch.setenv("HLGT_DATA_DIR", str(tmp_path / "no-raw-data-here"))
     mawps = Config.from_flat({"data.dataset": "mawps", "data.fold": 2})
     fake = tmp_path / "mawps-fold2"
     shutil.copytree(sample_shards, fake)
     manifest = json.loads((fake / MANIFEST).read_text())
     manifest.update(dataset="mawps", fold=2)
-    manifest.pop("mawps_folds")  # written before fold schemes existed: the grouped folds
+    manifest.pop("mawps_folds")  # written before fold schemes existed: the grouped folds, valid held out
+    manifest.pop("mawps_valid")
     (fake / MANIFEST).write_text(json.dumps(manifest))
     assert use_shards(mawps, fake) == fake
     with pytest.raises(ValueError, match="mawps_folds"):
@@ -67,6 +68,12 @@ def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme(sample_shards, tmp_
     assert use_shards(mawps.override({"data.mawps_folds": "graph2tree"}), fake) == fake
     with pytest.raises(ValueError, match="mawps_folds"):
         use_shards(mawps, fake)
+    literature = mawps.override({"data.mawps_folds": "graph2tree", "data.mawps_valid": False})
+    with pytest.raises(ValueError, match="mawps_valid"):
+        use_shards(literature, fake)
+    manifest["mawps_valid"] = False
+    (fake / MANIFEST).write_text(json.dumps(manifest))
+    assert use_shards(literature, fake) == fake
 
 
 def test_a_damaged_split_is_rebuilt_when_the_folder_is_reused(sample_shards, tmp_path, capsys):

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hlgt.config import Config
+from hlgt.config import Config, DataConfig
 from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
@@ -276,15 +276,18 @@ def _display(path: Path, data_dir: str) -> str:
 
 
 def shards_path(cfg: Config) -> Path:
-    """``<data.shards_dir>/<dataset>[-graph2tree][-fold<k>]-<annotator>``."""
+    """``<data.shards_dir>/<dataset>[-graph2tree][-novalid][-fold<k>]-<annotator>``."""
     d = cfg.data
-    fold = f"{scheme_tag(d.mawps_folds)}-fold{d.fold}" if d.dataset == "mawps" else ""
-    return Path(d.shards_dir) / f"{d.dataset}{fold}-{d.annotator}"
+    return Path(d.shards_dir) / f"{d.dataset}{fold_tag(d)}-{d.annotator}"
 
 
-def scheme_tag(mawps_folds: str) -> str:
-    """Names of shards and runs carry the MAWPS fold scheme unless it is the default."""
-    return "" if mawps_folds == "grouped" else f"-{mawps_folds}"
+def fold_tag(d: DataConfig) -> str:
+    """What names of shards and runs add for a MAWPS fold: the fold scheme unless it is the default,
+    ``-novalid`` without held-out validation, the fold ("" for the other datasets)."""
+    if d.dataset != "mawps":
+        return ""
+    scheme = "" if d.mawps_folds == "grouped" else f"-{d.mawps_folds}"
+    return f"{scheme}{'' if d.mawps_valid else '-novalid'}-fold{d.fold}"
 
 
 def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
@@ -313,6 +316,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         "dataset": d.dataset,
         "fold": d.fold if d.dataset == "mawps" else None,
         "mawps_folds": d.mawps_folds if d.dataset == "mawps" else None,
+        "mawps_valid": d.mawps_valid if d.dataset == "mawps" else None,
         "annotator": {"name": annotator.name, "version": annotator.version, "option": d.annotator},
         "sources": sources,
         "params": {"min_const_freq": d.min_const_freq, "min_word_freq": d.min_word_freq, "max_tokens": MAX_TOKENS},
@@ -325,7 +329,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
     vocab, constants = None, []
     has_train = all(p.is_file() for p in split_paths(d.dataset, "train", d.data_dir))
     if has_train or "train" in splits:
-        read = read_split(d.dataset, "train", d.data_dir, d.fold, d.mawps_folds)
+        read = read_split(d.dataset, "train", d.data_dir, d.fold, d.mawps_folds, d.mawps_valid)
         train = clean_split(read.problems, train=True, min_const_freq=d.min_const_freq)
         constants = train.constants
         vocab = Vocab.build(map(words_read, train.examples), constants, d.min_word_freq)
@@ -335,7 +339,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         notes.append(f"{d.dataset} has no training file: no constants learned (equations that need one "
                      f"keep prefix=None, flag rare_constant) and no vocabulary")
     for split in (s for s in splits if s != "train"):
-        read = read_split(d.dataset, split, d.data_dir, d.fold, d.mawps_folds)
+        read = read_split(d.dataset, split, d.data_dir, d.fold, d.mawps_folds, d.mawps_valid)
         cleaned = clean_split(read.problems, train=False, constants=constants)
         counts[split] = _counts(read, cleaned)
         examples[split] = cleaned.examples
@@ -513,6 +517,7 @@ def _new_manifest(cfg: Config, prepared: Prepared) -> dict:
         "dataset": cfg.data.dataset,
         "fold": prepared.key_parts["fold"],
         "mawps_folds": prepared.key_parts["mawps_folds"],
+        "mawps_valid": prepared.key_parts["mawps_valid"],
         "annotator": prepared.key_parts["annotator"],
         "sources": prepared.key_parts["sources"],
         "constants": prepared.constants,
@@ -678,13 +683,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fold", type=int, default=0, help="MAWPS fold (0..4)")
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
                    help="MAWPS fold scheme (data.mawps_folds; see hlgt.data.splits)")
+    p.add_argument("--no-mawps-valid", action="store_true",
+                   help="MAWPS: no held-out validation, its problems train (data.mawps_valid=false)")
     p.add_argument("--data-dir", default=None, help="real datasets folder (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--annotator", default="offline", help="offline | ltp | hanlp")
     p.add_argument("--annotator-model", default="", help="LTP / HanLP model id or local directory")
     p.add_argument("--min-const-freq", type=int, default=None)
     p.add_argument("--min-word-freq", type=int, default=None)
     p.add_argument("--shards-dir", default=None, help="parent of the default output folder (config data.shards_dir)")
-    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-graph2tree][-fold<k>]-<annotator>)")
+    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-graph2tree][-novalid][-fold<k>]-<annotator>)")
     p.add_argument("--actors", type=_actor_list, default=[1],
                    help="annotation actors (default 1; 0 = in-process); with --bench a list such as 1,2")
     p.add_argument("--no-ray", action="store_true", help="annotate in this process (same as --actors 0)")
@@ -695,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     flat: dict[str, Any] = {"data.dataset": args.dataset, "data.fold": args.fold, "data.mawps_folds": args.mawps_folds,
-                            "data.annotator": args.annotator,
+                            "data.mawps_valid": not args.no_mawps_valid, "data.annotator": args.annotator,
                             "data.annotator_model": args.annotator_model}
     for key, value in (("data.data_dir", args.data_dir), ("data.min_const_freq", args.min_const_freq),
                        ("data.min_word_freq", args.min_word_freq), ("data.shards_dir", args.shards_dir)):

@@ -69,17 +69,18 @@ def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
     """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
 
     Not checked against the raw files (they may be absent); checked against ``cfg``: same schema
-    version, dataset, fold (and MAWPS fold scheme) and annotator, every listed shard present, a
-    vocabulary.
+    version, dataset, fold (and MAWPS fold scheme and validation) and annotator, every listed shard
+    present, a vocabulary.
     """
     out = Path(shards_dir)
     manifest = load_manifest(out)
     d = cfg.data
     mawps = d.dataset == "mawps"
     wanted = {"schema_version": SCHEMA_VERSION, "dataset": d.dataset, "fold": d.fold if mawps else None,
-              "mawps_folds": d.mawps_folds if mawps else None}
-    # Shards written before fold schemes existed hold the grouped folds.
-    found = {k: manifest.get(k, "grouped" if k == "mawps_folds" and mawps else None) for k in wanted}
+              "mawps_folds": d.mawps_folds if mawps else None, "mawps_valid": d.mawps_valid if mawps else None}
+    # Shards written before these keys existed hold the grouped folds, validation held out.
+    before = {"mawps_folds": "grouped", "mawps_valid": True} if mawps else {}
+    found = {k: manifest.get(k, before.get(k)) for k in wanted}
     if found != wanted:
         raise ValueError(f"{out} holds {found}, this run needs {wanted}: build the shards for this run with "
                          f"`python -m hlgt.data.build` or pass the matching --shards folder")

@@ -17,6 +17,10 @@
     the rest. 58-75 test problems per fold have their text in the training folds. For comparing
     with published MAWPS numbers, not for judging a model.
 
+  ``data.mawps_valid=false`` gives fold k's validation problems back to train, as the literature
+  trains (Graph2Tree's ``cross_valid_mawps.py`` trains on all four other folds): no held-out data
+  then, so training keeps its last epoch.
+
   Regenerate (only if MAWPS.json changes): ``python -m hlgt.data.splits --write-mawps-folds``.
 * ``sample``: the project's own problems, ``datasets/sample/{zh,en}_{train,valid,test}.json``
   (``sample_zh`` / ``sample_en`` give one language). It never reads ``data_dir``.
@@ -104,9 +108,10 @@ def _require(path: Path, dataset: str, split: str) -> None:
 
 
 def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0,
-               mawps_folds: str = "grouped") -> ReadResult:
+               mawps_folds: str = "grouped", mawps_valid: bool = True) -> ReadResult:
     """Problems of one split and the reader's skip counts (MAWPS: records the reader skipped have
-    no usable id, hence no fold; they are counted with the training split)."""
+    no usable id, hence no fold; they are counted with the training split; ``mawps_valid=False``:
+    validation is empty and its problems train)."""
     _check(dataset, split, fold, mawps_folds)
     paths = split_paths(dataset, split, data_dir)
     for path in paths:
@@ -122,7 +127,7 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     whole = read_problems(paths[0], lang=LANGS[dataset])
     if dataset != "mawps":
         return whole
-    ids = set(mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds])[split])
+    ids = set(mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds], mawps_valid)[split])
     problems = [p for p in whole.problems if p.id in ids]
     skipped = whole.skipped if split == "train" else collections.Counter()
     return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()))
@@ -228,10 +233,11 @@ def _text_groups(ids: list[str], text: dict[str, str]) -> list[list[str]]:
 
 
 def mawps_fold_ids(
-    fold: int, file_ids: list[str] | None = None, path: Path = MAWPS_FOLDS_FILE
+    fold: int, file_ids: list[str] | None = None, path: Path = MAWPS_FOLDS_FILE, valid: bool = True
 ) -> dict[str, list[str]]:
-    """Ids of train / valid / test for one fold, from the committed fold file. With ``file_ids``
-    (the ids read from MAWPS.json), checks the fold file covers exactly those ids."""
+    """Ids of train / valid / test for one fold, from the committed fold file (``valid=False``:
+    no validation ids, train is every other fold whole). With ``file_ids`` (the ids read from
+    MAWPS.json), checks the fold file covers exactly those ids."""
     if not path.is_file():
         raise FileNotFoundError(f"MAWPS fold file {path} is missing; write it with "
                                 f"`python -m hlgt.data.splits --write-mawps-folds --data-dir DIR`")
@@ -249,10 +255,10 @@ def mawps_fold_ids(
                 f"`python -m hlgt.data.splits --write-mawps-folds`"
             )
     test = folds[fold]
-    valid = spec["valid"][fold]
-    held = set(test) | set(valid)
+    valid_ids = spec["valid"][fold] if valid else []
+    held = set(test) | set(valid_ids)
     train = [i for j, f in enumerate(folds) if j != fold for i in f if i not in held]
-    return {"train": train, "valid": list(valid), "test": list(test)}
+    return {"train": train, "valid": list(valid_ids), "test": list(test)}
 
 
 def _folds_json(spec: dict) -> str:

@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
                    help="MAWPS fold scheme: grouped (default; no text in two folds) or graph2tree (the "
                         "literature's file-order folds, for comparing with published numbers)")
+    p.add_argument("--no-mawps-valid", action="store_true",
+                   help="MAWPS: no held-out validation, its problems train and the last epoch is kept "
+                        "(data.mawps_valid=false; the literature's protocol)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None,
                    help="a prebuilt shard folder to train on as is (no raw data or annotator needed)")
@@ -52,7 +55,7 @@ def make_config(args: argparse.Namespace) -> Config:
     except ValueError as e:
         raise SystemExit(str(e))
     flat = {**DATASET_DEFAULTS.get(args.dataset, {}), "data.dataset": args.dataset, "data.fold": args.fold,
-            "data.mawps_folds": args.mawps_folds, **ABLATIONS[arm]}
+            "data.mawps_folds": args.mawps_folds, "data.mawps_valid": not args.no_mawps_valid, **ABLATIONS[arm]}
     if args.data_dir:
         flat["data.data_dir"] = args.data_dir
     if args.workers is not None:
@@ -65,10 +68,9 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def run_name(cfg: Config, arm: str) -> str:
-    from hlgt.data.build import scheme_tag
+    from hlgt.data.build import fold_tag
 
-    fold = f"{scheme_tag(cfg.data.mawps_folds)}-fold{cfg.data.fold}" if cfg.data.dataset == "mawps" else ""
-    return f"{cfg.data.dataset}{fold}-{arm}-seed{cfg.train.seed}"
+    return f"{cfg.data.dataset}{fold_tag(cfg.data)}-{arm}-seed{cfg.train.seed}"
 
 
 def main(argv: list[str] | None = None) -> int:

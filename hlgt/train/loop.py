@@ -403,6 +403,8 @@ class Trainer:
         """The remaining epochs, each trained, validated when due, logged and reported with a
         checkpoint; ``train.max_minutes`` ends them after the epoch that crosses it."""
         epochs = self.cfg.train.epochs
+        if self.main and not self.rows("valid"):
+            self.log("no validation split: each epoch's model replaces the last, the final epoch is kept")
         run_started = time.perf_counter()
         for epoch in range(self.state["epoch"] + 1, epochs + 1):
             started = time.perf_counter()
@@ -454,22 +456,22 @@ class Trainer:
     def validate(self, epoch: int, metrics: dict, due: bool) -> bool:
         """When ``due``, evaluate on validation and keep the model if it is the best so far (rank 0
         decides); either way add the latest validation metrics to ``metrics``. Returns whether this
-        rank evaluated and kept score."""
+        rank scored a validation split."""
         valid = self.validation_report() if due else None
         val_loss = self.validation_loss() if due else None
         evaluated = self.main and due
         if evaluated:
             self._keep_if_best(epoch, valid)
-        # Every report carries validation metrics (the latest evaluation) so that schedulers and
-        # checkpoint ranking always find them.
+        # Every report carries validation metrics (the latest evaluation; 0 before the first or
+        # without a validation split) so that schedulers and checkpoint ranking always find them.
         metrics.update(self.state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
         if val_loss is not None:
             metrics[C.VAL_TREE_LOSS] = val_loss
-        return evaluated
+        return evaluated and valid is not None
 
     def _keep_if_best(self, epoch: int, valid) -> None:
-        if valid is None:  # no validation split: the last epoch is the one kept
-            self.state["last_val"] = {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0}
+        if valid is None:  # no validation split: the last epoch is the one kept, with no score
+            self.state["last_val"] = {}
             improved = True
         else:
             self.state["last_val"] = {C.VAL_VALUE_ACC: valid.value_acc, C.VAL_EQUATION_ACC: valid.equation_acc}
