@@ -177,6 +177,8 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
         command.main(["--heads", "abc", "--storage", str(tmp_path)])
     with pytest.raises(SystemExit, match=r"fold=7 seed=1: bad config: data.fold=7 must lie in 0..4"):
         command.main(["--dataset", "mawps", "--folds", "0,7", "--storage", str(tmp_path)])
+    with pytest.raises(SystemExit, match="data.mawps_valid=false leaves no validation split"):
+        command.main(["--dataset", "mawps", "--set", "data.mawps_valid=false", "--storage", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # nothing was started or written
     with pytest.raises(SystemExit):  # no abbreviations: --abl is not --ablation
         command.build_parser().parse_args(["--abl", "gts"])

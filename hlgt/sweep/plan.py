@@ -80,6 +80,10 @@ class Plan:
 def check_trials(plan: Plan) -> None:
     """Every trial's configuration, checked before Ray starts or a shard is built: ``ValueError``
     naming the trial (arm, sampled values, fold and seed) and the bad key."""
+    if plan.base.get("data.mawps_valid") is False:
+        raise ValueError("data.mawps_valid=false leaves no validation split, and a sweep ranks, stops and "
+                         "keeps its trials on validation (it never evaluates test): train the literature's "
+                         "protocol one run per fold with `python -m hlgt.train --no-mawps-valid`")
     for arm in plan.arms:
         for sample, params in enumerate(plan.samples):
             for replicate, rep in enumerate(plan.replicates):
