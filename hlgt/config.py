@@ -67,7 +67,7 @@ class DataConfig:
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
     shards_dir: str = field(default_factory=lambda: storage_path("datasets", "processed"))
     graph: str = "srl"  # srl | parse | quantity_cell  (Table 2 graph variants)
-    min_word_freq: int = 1  # GTS keeps every training word (its trim threshold is 5 only on Math23K)
+    min_word_freq: int = 1  # 1 keeps every training word; GTS's and Graph2Tree's code keep words seen >= 5 times
     min_const_freq: int = 5  # GTS: an equation constant is kept when seen >= 5 times in training
 
 
