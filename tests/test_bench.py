@@ -23,20 +23,34 @@ def test_bench_rejects_unknown_arms():
         main(["--dataset", "sample", "--arms", "full,nope"])  # --arms: the older name of --ablation
 
 
-@pytest.mark.usefixtures("one_thread")
-def test_profile_counts_operators_and_host_syncs_per_step(tmp_path):
+def _profile(tmp_path, steps: int = 2, **flat) -> dict:
+    """``profile_steps`` of a tiny model over ``steps`` steps of the sample data."""
     from hlgt.config import Config
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import load_rows, load_vocab
     from hlgt.train.bench import profile_steps
 
     cfg = Config.from_flat({"data.dataset": "sample", "data.shards_dir": str(tmp_path), "train.batch_size": 16,
-                            "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1})
+                            "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
+                            **flat})
     shards = ensure_shards(cfg)
-    r = profile_steps(cfg, load_rows(shards, "train"), load_vocab(shards), steps=2)
+    return profile_steps(cfg, load_rows(shards, "train"), load_vocab(shards), steps=steps)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_profile_counts_operators_and_host_syncs_per_step(tmp_path):
+    r = _profile(tmp_path)
     assert r["ops_per_step"] == r["cpu_gru_ops_per_step"] + r["other_ops_per_step"] > r["top_level_ops_per_step"] > 0
     assert r["cpu_gru_ops_per_step"] > 0 and r["optimizer_ops_per_step"] > 0
     # Collate checked the batches: the encoder reads no lengths or graph index back.
     assert r["syncs_per_step"] == sum(r["syncs"].values()) and r["syncs_per_step"] < 20
     with pytest.raises(ValueError, match="needs 101"):
-        profile_steps(cfg, load_rows(shards, "train"), load_vocab(shards), steps=100)
+        _profile(tmp_path, steps=100)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_compiled_decoder_levels_dispatch_fewer_operators(tmp_path):
+    eager, compiled = _profile(tmp_path), _profile(tmp_path, **{"train.compile": True})
+    assert compiled["other_top_level_ops_per_step"] < 0.9 * eager["other_top_level_ops_per_step"]
+    assert compiled["syncs_per_step"] <= eager["syncs_per_step"]

@@ -200,6 +200,15 @@ def test_without_a_validation_split_the_last_epoch_is_kept_and_no_validation_sco
     assert all(C.VAL_VALUE_ACC in m for m in result.history)  # the ranking key still exists for Ray and Tune
 
 
+def test_train_compile_compiles_the_decoder_levels_and_graph_layers_of_the_trained_model(shards):
+    trainer = loop.Trainer(tiny(**{"train.compile": True}), shards, loop.Runtime(), None, None)
+    trainer.prepare_training()
+    solver = trainer.solver
+    assert (type(solver.decoder).__name__, type(solver.encoder.graph).__name__) == (
+        "CompiledTreeDecoder", "CompiledHLGTGraphEncoder")
+    assert type(loop.Trainer(tiny(), shards, loop.Runtime(), None, None).solver.decoder).__name__ == "TreeDecoder"
+
+
 def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):
     from hlgt.data.shards import load_vocab
     from hlgt.data.vocab import read_word_vectors

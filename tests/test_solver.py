@@ -402,6 +402,32 @@ def test_a_planned_training_step_on_the_gpu_never_waits_for_it():
         torch.testing.assert_close(out[key].cpu(), on_cpu[key], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
+def test_compiled_parts_give_the_eager_losses_and_gradients_and_a_copy_runs_its_own_weights():
+    import copy
+
+    eager = solver(encoder="hlgt", dropout=0.0)  # no dropout: the compiler draws its own masks
+    compiled = copy.deepcopy(eager)
+    compiled.compile_parts()
+    for seed in (3, 4):  # batches of different shapes: dynamic sizes, no new graphs per batch
+        batch = eager.plan(collate(make_rows(6, seed, max_ops=4), VOCAB))
+        outs = [model(batch) for model in (eager, compiled)]
+        for key in ("loss", "tree_loss", "com_loss"):
+            torch.testing.assert_close(outs[1][key], outs[0][key], atol=1e-5, rtol=1e-5)
+        grads = [torch.autograd.grad(out["loss"], list(model.parameters()), allow_unused=True)
+                 for out, model in zip(outs, (eager, compiled))]
+        for (name, _), g, cg in zip(eager.named_parameters(), *grads):
+            assert (g is None) == (cg is None), name
+            if g is not None:
+                torch.testing.assert_close(cg, g, atol=1e-5, rtol=1e-4, msg=name)
+    kept = copy.deepcopy(compiled)  # as the training loop keeps its best model
+    with torch.no_grad():
+        kept.decoder.goal_left.weight.add_(1.0)
+        kept.encoder.graph.edge_embedding.weight.add_(1.0)
+        assert not torch.allclose(kept(batch)["tree_loss"], compiled(batch)["tree_loss"])
+        torch.testing.assert_close(compiled(batch)["tree_loss"], outs[1]["tree_loss"])
+
+
 def test_batches_planned_before_the_step_give_the_same_losses():
     # The training loop lays the gold trees and the graph out on the CPU (a GPU step would wait
     # for their sizes).

@@ -18,7 +18,8 @@ bfloat16); with ``beam_batch`` the search runs over slices of the encoded batch,
 the CPU's torch threads. ``save``/``load`` write and read a folder that rebuilds the model alone:
 ``config.json`` (the flat ``model.*`` keys plus the caller's extras), ``vocab.json`` and
 ``model.pt`` (a state_dict that ``torch.load(weights_only=True)`` reads). The model never moves
-itself to a device except through ``load``'s ``map_location``.
+itself to a device except through ``load``'s ``map_location``. ``compile_parts`` hands the parts
+whose shapes change from batch to batch but whose operators do not to ``torch.compile``.
 """
 from __future__ import annotations
 
@@ -45,6 +46,18 @@ CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # h_b + LayerNorm(Linear(h_f))), so that an older folder fails to load, not
 # silently predicts something else.
 WEIGHTS_FORMAT = 4
+
+
+def compile_methods(module: nn.Module, names: tuple[str, ...]) -> None:
+    """Run ``module``'s methods ``names`` through ``torch.compile`` (inductor, dynamic shapes).
+
+    The compiled functions live on a subclass made for this, not on the instance, so that a copy of
+    the module (the best model kept during training) runs them on its own weights. Same math;
+    dropout draws from the compiler's own generator, so a compiled run is not bitwise an eager one.
+    """
+    cls = type(module)
+    compiled = {name: torch.compile(getattr(cls, name), dynamic=True) for name in names}
+    module.__class__ = type(f"Compiled{cls.__name__}", (cls,), compiled)
 
 
 def stored_weights_format(saved_config: dict) -> int:
@@ -79,6 +92,14 @@ class Solver(nn.Module):
         else:
             com = self.comparison.loss(enc.h_f, enc.h_b, batch.num_pos, batch.num_mask, batch.num_values)
         return {"loss": tree + self.cfg.beta_com * com, "tree_loss": tree, "com_loss": com, "scales": enc.scales()}
+
+    def compile_parts(self) -> None:
+        """Compile the decoder's per-level functions and the HLGT graph layers: small operators by
+        the hundred per step, each launched alone on a GPU, which the compiler fuses. (The BiGRUs
+        are cuDNN's on a GPU; PyG's HGT and RGAT layers are left as they are.)"""
+        compile_methods(self.decoder, TreeDecoder.LEVEL_FUNCTIONS)
+        if self.cfg.encoder == "hlgt":
+            compile_methods(self.encoder.graph, ("forward",))
 
     def plan(self, batch: Batch) -> Batch:
         """The batch with its gold trees laid out for the decoder (``tree_plan``), its graph for the

@@ -40,6 +40,10 @@ What differs from GTS is only how the work is batched:
   on the candidate embeddings at every decoding step; here one mask is drawn per problem per
   forward pass, which is what lets their projection be computed once.
 
+``LEVEL_FUNCTIONS`` are what one tree level runs (goals, Prediction, GenerateNode, Merge):
+``Solver.compile_parts`` hands them to ``torch.compile`` with dynamic shapes, since the levels run
+one after another with different node counts, each a few dozen small operators.
+
 GTS's ``num_stack`` (a gold number whose value several quantities share is scored as whichever
 of them the model prefers) is not implemented: the data pipeline resolves every gold number to
 one slot and the decoder is trained towards that slot.
@@ -240,6 +244,10 @@ class _Pool:
 
 class TreeDecoder(nn.Module):
     """GTS's Prediction + GenerateNode + Merge over a memory of H-dim token vectors."""
+
+    # What one tree level of teacher forcing runs: each maps a batch of n nodes to n nodes, so one
+    # compiled graph serves every level and batch (``Solver.compile_parts``).
+    LEVEL_FUNCTIONS = ("left_goal", "right_goal", "predict", "child_nodes", "merge_tree")
 
     def __init__(self, hidden_size: int, embedding_size: int, n_ops: int, n_consts: int, dropout: float = 0.5):
         super().__init__()

@@ -19,6 +19,10 @@ device (``SYNC_OPS``: reading a value back with ``.item()``/``int()``/``bool()``
 ``unique``, ``masked_select``, ``repeat_interleave`` without an output size). A step is
 launch-bound on a GPU, so these counts, measured on the CPU, bound its speed there. The CPU
 BiGRUs' operators (``hlgt.model.gru``) are counted apart: on a GPU cuDNN's fused GRU replaces them.
+
+``--set train.compile=true`` measures the model as training then builds it, its decoder levels
+and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
+so that no compilation is timed or counted.
 """
 from __future__ import annotations
 
@@ -61,27 +65,29 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     and with ``bf16`` also bfloat16 GRU products, with the number of predictions that differ)."""
     from hlgt.data.collate import iter_batches
     from hlgt.inference import predict
-    from hlgt.model.solver import Solver
     from hlgt.train.loop import make_optimizer
 
     torch.manual_seed(cfg.train.seed)
-    solver = Solver(cfg.model, vocab).to(device)
+    solver = _solver(cfg, vocab).to(device)
     opt, _ = make_optimizer(cfg, solver)
     solver.train()
     batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                 variant=cfg.data.graph))
-    timed, start, syncs = 0, 0.0, []
-    for i, batch in enumerate(batches):
-        if i == 1:
-            _sync(device)
-            start = time.perf_counter()
-        with _syncs_counted(device, syncs) if i >= 1 else contextlib.nullcontext():
-            out = solver(solver.plan(batch).to(device))
-            opt.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            opt.step()
-        if i >= 1:
-            timed += len(batch)
+
+    def step(batch) -> None:
+        out = solver(solver.plan(batch).to(device))
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        opt.step()
+
+    for batch in _warm_up(cfg, batches):
+        step(batch)
+    _sync(device)
+    timed, start, syncs = 0, time.perf_counter(), []
+    for batch in batches[1:]:
+        with _syncs_counted(device, syncs):
+            step(batch)
+        timed += len(batch)
     _sync(device)
     train_s = time.perf_counter() - start
 
@@ -106,6 +112,22 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     return result
 
 
+def _solver(cfg: Config, vocab):
+    """The model as training builds it (``train.compile``: ``Solver.compile_parts``)."""
+    from hlgt.model.solver import Solver
+
+    solver = Solver(cfg.model, vocab)
+    if cfg.train.compile:
+        solver.compile_parts()
+    return solver
+
+
+def _warm_up(cfg: Config, batches: list) -> list:
+    """The batches to run before measuring: the first (Adam's state, allocator), or with
+    ``train.compile`` all of them, so that no compilation falls inside the measurement."""
+    return batches if cfg.train.compile else batches[:1]
+
+
 # On a GPU each of these waits for the device: the value (or the output's size) is needed on the host.
 OPTIMIZER = "hlgt::optimizer_step"
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "aten::unique_consecutive",
@@ -118,11 +140,10 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
 
     from hlgt.data.collate import iter_batches
     from hlgt.model.gru import CPU_GRU
-    from hlgt.model.solver import Solver
     from hlgt.train.loop import EpochStats, make_optimizer
 
     torch.manual_seed(cfg.train.seed)
-    solver = Solver(cfg.model, vocab)
+    solver = _solver(cfg, vocab)
     opt, _ = make_optimizer(cfg, solver)
     solver.train()
     batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
@@ -140,7 +161,8 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
             opt.step()
 
     batches = [solver.plan(b) for b in batches]  # as the training loop does, before the step
-    step(batches[0])  # warm-up
+    for batch in _warm_up(cfg, batches):
+        step(batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for batch in batches[1:]:
             step(batch)

@@ -376,7 +376,10 @@ class Trainer:
         return self._rows[split]
 
     def prepare_training(self) -> None:
-        """Wrap the model for data parallelism and settle where the training batches come from."""
+        """Compile and wrap the model for data parallelism, and settle where the training batches
+        come from."""
+        if self.cfg.train.compile:
+            self.solver.compile_parts()
         self.model = self.rt.wrap_model(self.solver) if self.rt.wrap_model else self.solver
         self.parts = self.solver.parts()
         if self.rt.train_batches is None:
