@@ -11,7 +11,8 @@
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
 # BATCH (64, the paper's), BEFORE (a folder holding an older commit's `hlgt` package, made with
 # `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
-# card in the same call). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the same steps
+# card in the same call), COMPILE (1: the speed with train.compile=true is timed too, after the
+# eager one; 0: not). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the same steps
 # on the CPU in a minute (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
@@ -21,6 +22,7 @@ SHARDS=$(realpath -m "${SHARDS:-datasets/processed/${DATASET}-offline}")
 MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
+COMPILE=${COMPILE:-1}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
@@ -44,7 +46,7 @@ tail -1 "$OUT/trials_per_gpu.txt" >&2
 
 bench() {  # training and decoding speed of full and gts, with the hlgt package of the current folder
   python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
-    --batch-size "$BATCH" --decode-limit 64 --ablation full,gts
+    --batch-size "$BATCH" --decode-limit 64 --ablation full,gts "$@"
 }
 if [ -n "${BEFORE:-}" ]; then
   echo "[gpu_check] speed of the code in $BEFORE: full and gts" >&2
@@ -55,6 +57,11 @@ fi
 echo "[gpu_check] speed: full and gts, same card, same call" >&2
 bench > "$OUT/bench.txt" 2>&1 || status=1
 tail -4 "$OUT/bench.txt" >&2
+if [ "$COMPILE" = 1 ]; then
+  echo "[gpu_check] speed with train.compile=true (decoder levels and graph layers compiled)" >&2
+  bench --set train.compile=true > "$OUT/bench_compiled.txt" 2>&1 || status=1
+  tail -4 "$OUT/bench_compiled.txt" >&2
+fi
 
 echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
 python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \

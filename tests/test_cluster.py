@@ -176,7 +176,8 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     # BEFORE: an older commit's package, timed first (here this one, copied).
     shutil.copytree(ROOT / "hlgt", tmp_path / "before" / "hlgt")
     env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", MINUTES="0.2", LIMIT="64",
-               BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"))
+               BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"),
+               COMPILE="0")  # compiling paper-sized layers takes minutes on a CPU; tests/test_solver.py compiles
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
