@@ -9,7 +9,6 @@ from hlgt.data.numbers import to_example
 from hlgt.data.problems import Problem
 from hlgt.data.splits import (
     MAWPS_FOLD_FILES,
-    MAWPS_FOLDS_FILE,
     SAMPLE_DIR,
     load_clean,
     load_split,

@@ -1,7 +1,6 @@
 """Tests for hlgt/data/collate.py: padding, NUM tokens, graph offsets, variant selection, targets."""
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
