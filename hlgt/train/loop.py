@@ -406,8 +406,6 @@ class Trainer:
         """The remaining epochs, each trained, validated when due, logged and reported with a
         checkpoint; ``train.max_minutes`` ends them after the epoch that crosses it."""
         epochs = self.cfg.train.epochs
-        if self.main and not self.rows("valid"):
-            self.log("no validation split: each epoch's model replaces the last, the final epoch is kept")
         run_started = time.perf_counter()
         for epoch in range(self.state["epoch"] + 1, epochs + 1):
             started = time.perf_counter()
@@ -474,6 +472,8 @@ class Trainer:
 
     def _keep_if_best(self, epoch: int, valid) -> None:
         if valid is None:  # no validation split: the last epoch is the one kept, with no score
+            if epoch == 1:
+                self.log("no validation split: each epoch's model replaces the last, the final epoch is kept")
             self.state["last_val"] = {}
             improved = True
         else:
