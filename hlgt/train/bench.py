@@ -63,30 +63,16 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
             bf16: bool = False) -> dict:
     """Training problems/s over ``rows``, then decoding problems/s over ``decode_rows`` (float32,
     and with ``bf16`` also bfloat16 GRU products, with the number of predictions that differ)."""
-    from hlgt.data.collate import iter_batches
     from hlgt.inference import predict
-    from hlgt.train.loop import make_optimizer
 
-    torch.manual_seed(cfg.train.seed)
-    solver = _solver(cfg, vocab).to(device)
-    opt, _ = make_optimizer(cfg, solver)
-    solver.train()
-    batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
-                                variant=cfg.data.graph))
-
-    def step(batch) -> None:
-        out = solver(solver.plan(batch).to(device))
-        opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        opt.step()
-
+    solver, opt, batches = _training(cfg, vocab, rows, device)
     for batch in _warm_up(cfg, batches):
-        step(batch)
+        _train_step(solver, opt, solver.plan(batch).to(device))
     _sync(device)
     timed, start, syncs = 0, time.perf_counter(), []
     for batch in batches[1:]:
         with _syncs_counted(device, syncs):
-            step(batch)
+            _train_step(solver, opt, solver.plan(batch).to(device))
         timed += len(batch)
     _sync(device)
     train_s = time.perf_counter() - start
@@ -112,14 +98,36 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     return result
 
 
-def _solver(cfg: Config, vocab):
-    """The model as training builds it (``train.compile``: ``Solver.compile_parts``)."""
+def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tuple:
+    """``(solver, optimizer, batches)`` as training builds them (``train.compile``:
+    ``Solver.compile_parts``), the model on ``device`` in training mode."""
+    from hlgt.data.collate import iter_batches
     from hlgt.model.solver import Solver
+    from hlgt.train.loop import make_optimizer
 
-    solver = Solver(cfg.model, vocab)
+    torch.manual_seed(cfg.train.seed)
+    solver = Solver(cfg.model, vocab).to(device)
     if cfg.train.compile:
         solver.compile_parts()
-    return solver
+    opt, _ = make_optimizer(cfg, solver)
+    solver.train()
+    batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+                                variant=cfg.data.graph))
+    return solver, opt, batches
+
+
+def _train_step(solver, opt, batch, stats=None) -> None:
+    """The training loop's step (``hlgt.train.loop.Trainer._step``; ``stats``: its gradient-norm
+    bookkeeping), the optimizer's part labelled for the profile."""
+    from torch.profiler import record_function
+
+    out = solver(batch)
+    opt.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    if stats is not None:
+        stats.step(out, len(batch))
+    with record_function(OPTIMIZER):
+        opt.step()
 
 
 def _warm_up(cfg: Config, batches: list) -> list:
@@ -136,36 +144,22 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "ate
 
 def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     """aten operators and host-sync points per training step (see the module docstring)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile
 
-    from hlgt.data.collate import iter_batches
     from hlgt.model.gru import CPU_GRU
-    from hlgt.train.loop import EpochStats, make_optimizer
+    from hlgt.train.loop import EpochStats
 
-    torch.manual_seed(cfg.train.seed)
-    solver = _solver(cfg, vocab)
-    opt, _ = make_optimizer(cfg, solver)
-    solver.train()
-    batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
-                                variant=cfg.data.graph))[: steps + 1]
+    solver, opt, batches = _training(cfg, vocab, rows, torch.device("cpu"))
+    batches = batches[: steps + 1]
     if len(batches) < steps + 1:
         raise ValueError(f"{len(batches)} batches: --profile {steps} needs {steps + 1}")
     stats = EpochStats(solver.parts(), torch.device("cpu"))
-
-    def step(batch) -> None:  # the training loop's step (hlgt.train.loop.Trainer._step)
-        out = solver(batch)
-        opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        stats.step(out, len(batch))
-        with record_function(OPTIMIZER):
-            opt.step()
-
     batches = [solver.plan(b) for b in batches]  # as the training loop does, before the step
     for batch in _warm_up(cfg, batches):
-        step(batch)
+        _train_step(solver, opt, batch, stats)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for batch in batches[1:]:
-            step(batch)
+            _train_step(solver, opt, batch, stats)
     events = [e for e in prof.events() if e.name.startswith("aten::")]
 
     def ancestors(e) -> set[str]:
