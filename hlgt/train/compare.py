@@ -1,0 +1,135 @@
+"""Paired comparison of two models on the same problems: each one's accuracy, the problems only
+one of them solves, and the exact McNemar test, per pair of runs (one per fold, say) and pooled.
+
+    python -m hlgt.train.compare --a runs/f0-full runs/f1-full --b runs/f0-gts runs/f1-gts [--split test]
+
+``--a`` and ``--b`` take run folders (their ``predictions_<split>.jsonl``), model folders
+(``<run>/best``: the run's file) or predictions files (``hlgt.train.evaluate --out``), paired by
+position. Each pair must hold the same problems: predictions are matched by problem id, and a
+problem in one file only is an error, not a silent drop. Two models trained with the same seed
+on the same folds differ in a few dozen problems per fold; only those problems inform the
+comparison, which is why the test counts them (McNemar) instead of comparing two accuracies.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from math import comb
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from hlgt.train.evaluate import read_predictions
+
+METRICS = {"value": "value_correct", "equation": "equation_correct"}
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p: the chance, under a fair coin for each discordant problem, of a
+    split at least as uneven as ``only_a`` against ``only_b``."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2 ** n)  # exact integers: no overflow for thousands of problems
+
+
+@dataclass(frozen=True)
+class Paired:
+    label: str
+    n: int
+    right_a: int
+    right_b: int
+    only_a: int
+    only_b: int
+
+    @property
+    def p(self) -> float:
+        return mcnemar_exact(self.only_a, self.only_b)
+
+    def __add__(self, other: Paired) -> Paired:
+        return Paired("pooled", self.n + other.n, self.right_a + other.right_a, self.right_b + other.right_b,
+                      self.only_a + other.only_a, self.only_b + other.only_b)
+
+
+def predictions_file(path: str | Path, split: str) -> Path:
+    """A predictions file itself, or the one a run (or its ``best`` model folder) wrote for ``split``."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    for folder in (path, path.parent):
+        if (folder / f"predictions_{split}.jsonl").is_file():
+            return folder / f"predictions_{split}.jsonl"
+    raise FileNotFoundError(f"{path}: no predictions_{split}.jsonl there (has the run finished?)")
+
+
+def verdicts(path: Path, metric: str) -> dict[str, bool]:
+    key = METRICS[metric]
+    out: dict[str, bool] = {}
+    for record in read_predictions(path):
+        if "id" not in record or key not in record:
+            raise ValueError(f"{path}: not a predictions file (a line without id or {key})")
+        if record["id"] in out:
+            raise ValueError(f"{path}: problem {record['id']} appears twice")
+        out[record["id"]] = bool(record[key])
+    return out
+
+
+def pair(label: str, a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
+    """Counts over the problems of two verdict maps, which must cover the same problem ids."""
+    if a.keys() != b.keys():
+        raise ValueError(f"{label}: the two files hold different problems ({len(a.keys() - b.keys())} only in "
+                         f"the first, {len(b.keys() - a.keys())} only in the second): compare runs on the "
+                         "same split of the same fold")
+    return Paired(label, len(a), sum(a.values()), sum(b.values()),
+                  sum(a[i] and not b[i] for i in a), sum(b[i] and not a[i] for i in a))
+
+
+def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, split: str = "test",
+            metric: str = "value") -> list[Paired]:
+    """One ``Paired`` per position; with more than one pair, a last row pooling them."""
+    if len(a_paths) != len(b_paths):
+        raise ValueError(f"--a has {len(a_paths)} runs and --b {len(b_paths)}: they are paired by position")
+    rows = []
+    for a, b in zip(a_paths, b_paths):
+        fa, fb = predictions_file(a, split), predictions_file(b, split)
+        rows.append(pair(f"{name(a)} / {name(b)}", verdicts(fa, metric), verdicts(fb, metric)))
+    if len(rows) > 1:
+        total = rows[0]
+        for r in rows[1:]:
+            total = total + r
+        rows.append(total)
+    return rows
+
+
+def name(path: str | Path) -> str:
+    """The run's name for a run folder, its ``best`` or its own predictions file; else the file's."""
+    path = Path(path)
+    return path.parent.name if path.name == "best" or path.name.startswith("predictions_") else path.name
+
+
+def markdown(rows: Sequence[Paired], metric: str) -> str:
+    lines = [f"| runs (A / B) | problems | A {metric} acc | B {metric} acc | only A / only B | exact McNemar p |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.label} | {r.n} | {100 * r.right_a / r.n:.1f}% | {100 * r.right_b / r.n:.1f}% "
+                     f"| {r.only_a} / {r.only_b} | {r.p:.2g} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hlgt.train.compare", allow_abbrev=False,
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", nargs="+", required=True, metavar="RUN", help="runs, model folders or predictions files")
+    p.add_argument("--b", nargs="+", required=True, metavar="RUN", help="as many, paired with --a by position")
+    p.add_argument("--split", default="test", choices=["valid", "test"])
+    p.add_argument("--metric", default="value", choices=list(METRICS))
+    args = p.parse_args(argv)
+    print(markdown(compare(args.a, args.b, split=args.split, metric=args.metric), args.metric), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    from hlgt.cli import run_command
+
+    sys.exit(run_command(main, "python -m hlgt.train.compare"))
