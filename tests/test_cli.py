@@ -19,6 +19,7 @@ def command(*args, debug=False):
     (["-m", "hlgt.train", "--dataset", "sample", "--no-ray", "--set", "model.heads=abc"], "model.heads"),
     (["-m", "hlgt.solve", "--model", "no/such/folder", "Tom has 3 apples and 4 more."], "no/such/folder"),
     (["-m", "hlgt.train.evaluate", "--model", "no/such/folder"], "no/such/folder"),
+    (["-m", "hlgt.train.compare", "--a", "no/such/run", "--b", "no/such/run"], "no/such/run"),
 ])
 def test_a_mistake_is_one_line_naming_it(args, named):
     out = command(*args)
