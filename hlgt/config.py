@@ -51,9 +51,9 @@ def storage_root(explicit: str | None, local_default: str, under: str) -> str:
 # working directory), so that a saved run config means the same place from any other directory.
 LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.word_vectors")
 
-# MAWPS is cross-validated over 5 folds, cut by one of two schemes (their files: hlgt.data.splits).
+# MAWPS is cross-validated over 5 folds, cut by one of three schemes (their files: hlgt.data.splits).
 MAWPS_N_FOLDS = 5
-MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree")
+MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree", "graph2tree-1921")
 
 
 @dataclass
@@ -61,7 +61,7 @@ class DataConfig:
     dataset: str = "sample"  # sample | math23k | mawps | ape210k
     data_dir: str = field(default_factory=default_data_dir)
     fold: int = 0  # MAWPS cross-validation fold (0..4)
-    mawps_folds: str = "grouped"  # grouped (no text in two folds) | graph2tree (the literature's file-order folds)
+    mawps_folds: str = "grouped"  # grouped (no text in two folds) | graph2tree (file-order folds) | graph2tree-1921 (Graph2Tree's code's)
     mawps_valid: bool = True  # False: the fold's validation problems train too (the literature's protocol; last epoch kept)
     annotator: str = "offline"  # offline | ltp | hanlp
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp

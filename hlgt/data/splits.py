@@ -12,10 +12,16 @@
   - ``grouped`` (default, ``mawps_folds.json``): seeded folds in which problems with the same
     text (MAWPS repeats 213 texts, 433 problems) always share a fold, so no test text is trained
     on under another id.
-  - ``graph2tree`` (``mawps_folds_graph2tree.json``): the folds of the literature, as Graph2Tree's
-    ``cross_valid_mawps.py`` cuts them: the file in order, four chunks of int(0.2 n) problems and
-    the rest. 58-75 test problems per fold have their text in the training folds. For comparing
-    with published MAWPS numbers, not for judging a model.
+  - ``graph2tree`` (``mawps_folds_graph2tree.json``): Graph2Tree's ``cross_valid_mawps.py`` cut
+    applied to all 2,373 problems: the file in order, four chunks of int(0.2 n) problems and the
+    rest. 58-75 test problems per fold have their text in the training folds.
+  - ``graph2tree-1921`` (``mawps_folds_graph2tree-1921.json``): the folds behind the published
+    MAWPS numbers, as Graph2Tree's code makes them: its loader first keeps only the 1,921 problems
+    whose one equation is already solved for the unknown (``x=...``; the list and its source:
+    ``mawps_graph2tree_kept.json``), then cuts those in file order as above. The other 452
+    problems (MAWPS.json holds them rewritten as ``x=...``; ``4+5x=29`` is one) are in no fold:
+    they neither train nor test, counted as ``outside_the_folds`` in the training split's skips.
+  The two Graph2Tree schemes are for comparing with published numbers, not for judging a model.
 
   ``data.mawps_valid=false`` gives fold k's validation problems back to train, as the literature
   trains (Graph2Tree's ``cross_valid_mawps.py`` trains on all four other folds): no held-out data
@@ -61,8 +67,11 @@ FILES = {
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = REPO_ROOT / "datasets" / "sample"
 MAWPS_FOLDS_FILE = REPO_ROOT / "datasets" / "splits" / "mawps_folds.json"
-MAWPS_FOLD_FILES = {"grouped": MAWPS_FOLDS_FILE,
-                    "graph2tree": REPO_ROOT / "datasets" / "splits" / "mawps_folds_graph2tree.json"}
+MAWPS_FOLD_FILES = {scheme: REPO_ROOT / "datasets" / "splits" / f"mawps_folds_{scheme}.json"
+                    for scheme in ("graph2tree", "graph2tree-1921")}
+MAWPS_FOLD_FILES = {"grouped": MAWPS_FOLDS_FILE, **MAWPS_FOLD_FILES}
+MAWPS_GRAPH2TREE_KEPT = REPO_ROOT / "datasets" / "splits" / "mawps_graph2tree_kept.json"
+OUTSIDE_THE_FOLDS = "outside_the_folds"
 assert tuple(MAWPS_FOLD_FILES) == MAWPS_FOLD_SCHEMES
 MAWPS_SEED = 1
 MAWPS_VALID_FRACTION = 0.1
@@ -110,8 +119,8 @@ def _require(path: Path, dataset: str, split: str) -> None:
 def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0,
                mawps_folds: str = "grouped", mawps_valid: bool = True) -> ReadResult:
     """Problems of one split and the reader's skip counts (MAWPS: records the reader skipped have
-    no usable id, hence no fold; they are counted with the training split; ``mawps_valid=False``:
-    validation is empty and its problems train)."""
+    no usable id, hence no fold, and problems the scheme leaves out of every fold; both are counted
+    with the training split; ``mawps_valid=False``: validation is empty and its problems train)."""
     _check(dataset, split, fold, mawps_folds)
     paths = split_paths(dataset, split, data_dir)
     for path in paths:
@@ -127,9 +136,12 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     whole = read_problems(paths[0], lang=LANGS[dataset])
     if dataset != "mawps":
         return whole
-    ids = set(mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds], mawps_valid)[split])
+    by_split = mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
+    ids = set(by_split[split])
     problems = [p for p in whole.problems if p.id in ids]
-    skipped = whole.skipped if split == "train" else collections.Counter()
+    skipped = collections.Counter()
+    if split == "train":
+        skipped = whole.skipped + collections.Counter({OUTSIDE_THE_FOLDS: len(by_split["outside"])})
     return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()))
 
 
@@ -175,6 +187,13 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ValueError("MAWPS ids are not unique; folds need unique ids")
+    outside: list[str] = []
+    if scheme == "graph2tree-1921":
+        kept = set(graph2tree_kept_ids())
+        if not kept <= set(ids):
+            raise ValueError(f"{MAWPS_GRAPH2TREE_KEPT}: {len(kept - set(ids))} kept ids are not in MAWPS.json")
+        outside = [i for i in ids if i not in kept]
+        ids = [i for i in ids if i in kept]
     file_order = {i: n for n, i in enumerate(ids)}
     text = {p.id: text_key(p) for p in problems}
     folds: list[list[str]] = [[] for _ in range(n_folds)]
@@ -202,7 +221,7 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
                 break
             chosen += group
         valid.append(sorted(chosen, key=file_order.get))
-    return {
+    spec = {
         "dataset": "mawps",
         "scheme": scheme,
         "source": FILES["mawps"]["train"],
@@ -213,10 +232,20 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
         "rule": "fold k: test = folds[k]; valid = valid[k] (drawn from the other folds); train = the rest. "
                 + ("Problems with the same text share a fold (and the same side of valid/train)." if scheme == "grouped"
                    else "Folds are file-order chunks (Graph2Tree's cross_valid_mawps.py); a test text may also be "
-                        "in train. Valid and train share no text."),
+                        "in train. Valid and train share no text.")
+                + (f" Only the problems of {MAWPS_GRAPH2TREE_KEPT.name} are cut into folds; the others (outside) "
+                   "neither train nor test." if outside else ""),
         "folds": [sorted(f, key=file_order.get) for f in folds],
         "valid": valid,
     }
+    if outside:
+        spec["outside"] = outside
+    return spec
+
+
+def graph2tree_kept_ids() -> list[str]:
+    """The MAWPS ids that Graph2Tree's loader keeps (``mawps_graph2tree_kept.json``)."""
+    return [str(i) for i in json.loads(MAWPS_GRAPH2TREE_KEPT.read_text(encoding="utf-8"))["kept"]]
 
 
 def text_key(problem: Problem) -> str:
@@ -236,8 +265,9 @@ def mawps_fold_ids(
     fold: int, file_ids: list[str] | None = None, path: Path = MAWPS_FOLDS_FILE, valid: bool = True
 ) -> dict[str, list[str]]:
     """Ids of train / valid / test for one fold, from the committed fold file (``valid=False``:
-    no validation ids, train is every other fold whole). With ``file_ids`` (the ids read from
-    MAWPS.json), checks the fold file covers exactly those ids."""
+    no validation ids, train is every other fold whole), and those of the file in no fold
+    (``outside``). With ``file_ids`` (the ids read from MAWPS.json), checks the fold file covers
+    exactly those ids."""
     if not path.is_file():
         raise FileNotFoundError(f"MAWPS fold file {path} is missing; write it with "
                                 f"`python -m hlgt.data.splits --write-mawps-folds --data-dir DIR`")
@@ -245,8 +275,9 @@ def mawps_fold_ids(
     folds = spec["folds"]
     if not 0 <= fold < len(folds):
         raise ValueError(f"MAWPS fold must be in 0..{len(folds) - 1}, got {fold}")
+    outside = spec.get("outside", [])
     if file_ids is not None:
-        in_folds = {i for f in folds for i in f}
+        in_folds = {i for f in folds for i in f} | set(outside)
         missing, extra = set(file_ids) - in_folds, in_folds - set(file_ids)
         if missing or extra:
             raise ValueError(
@@ -258,12 +289,14 @@ def mawps_fold_ids(
     valid_ids = spec["valid"][fold] if valid else []
     held = set(test) | set(valid_ids)
     train = [i for j, f in enumerate(folds) if j != fold for i in f if i not in held]
-    return {"train": train, "valid": list(valid_ids), "test": list(test)}
+    return {"train": train, "valid": list(valid_ids), "test": list(test), "outside": list(outside)}
 
 
 def _folds_json(spec: dict) -> str:
     """The fold file with one line per field and per id list (readable diffs, small file)."""
-    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in spec.items() if k not in ("folds", "valid")]
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in spec.items() if k not in ("folds", "valid", "outside")]
+    if "outside" in spec:
+        lines.append(f"  \"outside\": {json.dumps(spec['outside'])},")
     for key in ("folds", "valid"):
         rows = ",\n".join(f"    {json.dumps(ids)}" for ids in spec[key])
         lines.append(f"  {json.dumps(key)}: [\n{rows}\n  ],")
@@ -271,7 +304,7 @@ def _folds_json(spec: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id files (both schemes).", allow_abbrev=False)
+    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id files (every scheme).", allow_abbrev=False)
     parser.add_argument("--data-dir", default=None, help="folder holding mawps/MAWPS.json "
                         "(default: $HLGT_DATA_DIR or ../shared/datasets)")
     parser.add_argument("--write-mawps-folds", action="store_true",
