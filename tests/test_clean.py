@@ -6,6 +6,7 @@ import pytest
 
 from hlgt.data.clean import clean_split, learn_constants, over_limits
 from hlgt.data.numbers import to_example
+from hlgt.data import splits
 from hlgt.data.problems import Problem
 from hlgt.data.splits import (
     MAWPS_FOLD_FILES,
@@ -196,19 +197,42 @@ def test_graph2tree_folds_are_file_order_chunks_and_valid_shares_no_text_with_tr
 @pytest.mark.parametrize("scheme", list(MAWPS_FOLD_FILES))
 def test_committed_mawps_folds_partition_the_ids(scheme):
     spec = json.loads(MAWPS_FOLD_FILES[scheme].read_text(encoding="utf-8"))
-    assert spec["problems"] == 2373 and spec["n_folds"] == 5 and spec["scheme"] == scheme
+    n = 1921 if scheme == "graph2tree-1921" else 2373
+    assert spec["problems"] == n and spec["n_folds"] == 5 and spec["scheme"] == scheme
     all_ids = [i for f in spec["folds"] for i in f]
-    assert len(all_ids) == len(set(all_ids)) == 2373
+    outside = spec.get("outside", [])
+    assert len(all_ids) == len(set(all_ids)) == n and len(outside) == 2373 - n
+    assert not set(outside) & set(all_ids)
     for k in range(5):
         s = mawps_fold_ids(k, path=MAWPS_FOLD_FILES[scheme])
-        assert set(s["test"]) == set(spec["folds"][k])
+        assert set(s["test"]) == set(spec["folds"][k]) and s["outside"] == outside
         assert not set(s["train"]) & set(s["valid"]) and not set(s["train"]) & set(s["test"])
         assert not set(s["valid"]) & set(s["test"])
-        assert len(s["train"]) + len(s["valid"]) + len(s["test"]) == 2373
+        assert len(s["train"]) + len(s["valid"]) + len(s["test"]) == n
         # Without held-out validation (the literature's protocol) train is the other folds whole.
         whole = mawps_fold_ids(k, path=MAWPS_FOLD_FILES[scheme], valid=False)
         assert whole["valid"] == [] and whole["test"] == s["test"]
         assert whole["train"] == [i for j, f in enumerate(spec["folds"]) if j != k for i in f]
+
+
+def test_graph2tree_1921_folds_cut_only_the_kept_problems(tmp_path, monkeypatch):
+    """Graph2Tree's code: keep the listed problems, cut them in file order; the rest train and test nowhere."""
+    problems = _problems(100)
+    kept = [p.id for p in problems if int(p.id) % 4]  # 75 of 100
+    path = tmp_path / "kept.json"
+    path.write_text(json.dumps({"kept": kept}), encoding="utf-8")
+    monkeypatch.setattr(splits, "MAWPS_GRAPH2TREE_KEPT", path)
+    spec = make_mawps_folds(problems, scheme="graph2tree-1921")
+    assert spec["problems"] == 75 and spec["outside"] == [p.id for p in problems if int(p.id) % 4 == 0]
+    assert spec["folds"] == [kept[0:15], kept[15:30], kept[30:45], kept[45:60], kept[60:]]
+    folds = tmp_path / "folds.json"
+    folds.write_text(json.dumps(spec), encoding="utf-8")
+    for k in range(5):
+        s = mawps_fold_ids(k, [p.id for p in problems], path=folds, valid=False)
+        assert sorted(s["train"] + s["test"], key=int) == kept
+    path.write_text(json.dumps({"kept": kept + ["no-such-id"]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="not in MAWPS.json"):
+        make_mawps_folds(problems, scheme="graph2tree-1921")
 
 
 def test_mawps_fold_file_must_match_the_data(tmp_path):
@@ -238,6 +262,17 @@ def test_real_mawps_folds_keep_every_test_problem(real_data):
         assert len(result["test"].examples) == len(reads["test"].problems)
         assert len(result["valid"].examples) == len(reads["valid"].problems)
         assert len(result["train"].examples) >= 0.96 * len(reads["train"].problems)
+
+
+@pytest.mark.realdata
+def test_real_graph2tree_1921_folds_count_what_they_leave_out(real_data):
+    for fold in (0, 4):
+        reads = {s: read_split("mawps", s, real_data, fold, "graph2tree-1921", mawps_valid=False)
+                 for s in ("train", "valid", "test")}
+        assert reads["train"].skipped == Counter(outside_the_folds=452)
+        assert (len(reads["train"].problems), len(reads["test"].problems)) == ((1537, 384) if fold == 0 else (1536, 385))
+        assert not reads["valid"].problems
+    assert read_split("mawps", "test", real_data, 0, "graph2tree-1921").problems[-1].id == "490"
 
 
 @pytest.mark.realdata

@@ -1,7 +1,7 @@
 """The data report: per dataset and split, problems read, skipped by the reader, kept, dropped.
 
     python -m hlgt.data.report --data-dir ../shared/datasets [--dataset NAME ...] [--fold K|all]
-        [--mawps-folds grouped|graph2tree]
+        [--mawps-folds grouped|graph2tree|graph2tree-1921]
 
 For every split it prints the records in the file(s), the reader's skips by reason, the
 problems read, the problems kept (and their share of those read), the problems dropped by reason

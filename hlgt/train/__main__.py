@@ -25,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
     p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
-                   help="MAWPS fold scheme: grouped (default; no text in two folds) or graph2tree (the "
-                        "literature's file-order folds, for comparing with published numbers)")
+                   help="MAWPS fold scheme: grouped (default; no text in two folds), graph2tree (Graph2Tree's "
+                        "file-order folds over all 2,373 problems) or graph2tree-1921 (the folds behind the published "
+                        "numbers: the 1,921 problems Graph2Tree's code keeps, cut in file order)")
     p.add_argument("--no-mawps-valid", action="store_true",
                    help="MAWPS: no held-out validation, its problems train and the last epoch is kept "
                         "(data.mawps_valid=false; the literature's protocol)")
