@@ -67,9 +67,9 @@ FILES = {
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = REPO_ROOT / "datasets" / "sample"
 MAWPS_FOLDS_FILE = REPO_ROOT / "datasets" / "splits" / "mawps_folds.json"
-MAWPS_FOLD_FILES = {scheme: REPO_ROOT / "datasets" / "splits" / f"mawps_folds_{scheme}.json"
-                    for scheme in ("graph2tree", "graph2tree-1921")}
-MAWPS_FOLD_FILES = {"grouped": MAWPS_FOLDS_FILE, **MAWPS_FOLD_FILES}
+MAWPS_FOLD_FILES = {"grouped": MAWPS_FOLDS_FILE,
+                    **{scheme: REPO_ROOT / "datasets" / "splits" / f"mawps_folds_{scheme}.json"
+                       for scheme in ("graph2tree", "graph2tree-1921")}}
 MAWPS_GRAPH2TREE_KEPT = REPO_ROOT / "datasets" / "splits" / "mawps_graph2tree_kept.json"
 OUTSIDE_THE_FOLDS = "outside_the_folds"
 assert tuple(MAWPS_FOLD_FILES) == MAWPS_FOLD_SCHEMES
@@ -294,9 +294,7 @@ def mawps_fold_ids(
 
 def _folds_json(spec: dict) -> str:
     """The fold file with one line per field and per id list (readable diffs, small file)."""
-    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in spec.items() if k not in ("folds", "valid", "outside")]
-    if "outside" in spec:
-        lines.append(f"  \"outside\": {json.dumps(spec['outside'])},")
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in spec.items() if k not in ("folds", "valid")]
     for key in ("folds", "valid"):
         rows = ",\n".join(f"    {json.dumps(ids)}" for ids in spec[key])
         lines.append(f"  {json.dumps(key)}: [\n{rows}\n  ],")
