@@ -57,9 +57,9 @@ def predictions_file(path: str | Path, split: str) -> Path:
     path = Path(path)
     if path.is_file():
         return path
-    for folder in (path, path.parent):
-        if (folder / f"predictions_{split}.jsonl").is_file():
-            return folder / f"predictions_{split}.jsonl"
+    found = (path.parent if path.name == "best" else path) / f"predictions_{split}.jsonl"
+    if found.is_file():
+        return found
     raise FileNotFoundError(f"{path}: no predictions_{split}.jsonl there (has the run finished?)")
 
 
