@@ -93,19 +93,15 @@ def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, spl
     rows = []
     for a, b in zip(a_paths, b_paths):
         fa, fb = predictions_file(a, split), predictions_file(b, split)
-        rows.append(pair(f"{name(a)} / {name(b)}", verdicts(fa, metric), verdicts(fb, metric)))
+        rows.append(pair(f"{name(fa)} / {name(fb)}", verdicts(fa, metric), verdicts(fb, metric)))
     if len(rows) > 1:
-        total = rows[0]
-        for r in rows[1:]:
-            total = total + r
-        rows.append(total)
+        rows.append(sum(rows[1:], rows[0]))
     return rows
 
 
-def name(path: str | Path) -> str:
-    """The run's name for a run folder, its ``best`` or its own predictions file; else the file's."""
-    path = Path(path)
-    return path.parent.name if path.name == "best" or path.name.startswith("predictions_") else path.name
+def name(predictions: Path) -> str:
+    """The run's name for a run's own predictions file, else the file's name."""
+    return predictions.parent.name if predictions.name.startswith("predictions_") else predictions.name
 
 
 def markdown(rows: Sequence[Paired], metric: str) -> str:
