@@ -1,8 +1,9 @@
 #!/bin/bash
 # The GPU checks of the open issues, as one call on a lent GPU machine without Ray or internet
-# (torch with CUDA, torch-geometric, pyarrow): training speed of `full` and `gts` on the same card
-# in the same call, then their learning curves side by side on the full Math23K training split,
-# time-boxed. Build the shards on a machine with the annotator first and carry them:
+# (torch with CUDA, torch-geometric, pyarrow): the learning curves of `full` and `gts` side by side
+# on the full Math23K training split, time-boxed, then their training speed on the same card in
+# the same call (the curves first: a call cut short by its time limit loses the speed figures, not
+# them). Build the shards on a machine with the annotator first and carry them:
 #
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
@@ -44,6 +45,12 @@ else:
 PY
 tail -1 "$OUT/trials_per_gpu.txt" >&2
 
+echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
+python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \
+  --limit 1000000 --ablation gts,full --jobs 2 --set "train.max_minutes=$MINUTES" --set "train.batch_size=$BATCH" \
+  --out "$OUT/curve" > "$OUT/curve.log" 2>&1 || status=1
+tail -12 "$OUT/curve.log" >&2
+
 bench() {  # training and decoding speed of full and gts, with the hlgt package of the current folder
   python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
     --batch-size "$BATCH" --decode-limit 64 --ablation full,gts "$@"
@@ -63,9 +70,4 @@ if [ "$COMPILE" = 1 ]; then
   tail -4 "$OUT/bench_compiled.txt" >&2
 fi
 
-echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
-python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \
-  --limit 1000000 --ablation gts,full --jobs 2 --set "train.max_minutes=$MINUTES" --set "train.batch_size=$BATCH" \
-  --out "$OUT/curve" > "$OUT/curve.log" 2>&1 || status=1
-tail -12 "$OUT/curve.log" >&2
 exit $status
