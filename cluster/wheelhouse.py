@@ -9,8 +9,9 @@ extras and the project's other runtime needs for the target's Python and platfor
 (its Java jar and the dashboard's source maps: a third of its size, unused by Python training;
 the wheel's RECORD is rewritten to match), and packs the folder as ``wheels.tar.xz`` cut into
 parts of at most ``--part-mib`` MiB (``.part00``, ``.part01``, ...), each small enough for one
-transfer. ``install`` joins the parts next to the one it is given, unpacks them and installs
-with ``pip --no-index`` from the wheels alone. ``--dry-run`` prints what either would do.
+transfer, with a ``requirements.txt`` naming what was asked for (Ray's extras and ``--also``).
+``install`` joins the parts next to the one it is given, unpacks them and installs those
+requirements with ``pip --no-index`` from the wheels alone. ``--dry-run`` prints what either would do.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ ALSO = "pyyaml,matplotlib"
 # Files of Ray's wheel that Python training never reads: the Java worker's jar, source maps.
 SLIM_GLOBS = ["ray/jars/*", "*.js.map"]
 ARCHIVE = "wheels.tar.xz"
+REQUIREMENTS = "requirements.txt"  # inside the archive: what install installs
 
 
 def _names(csv: str) -> list[str]:
@@ -90,11 +92,12 @@ def slim_wheel(wheel: Path, globs: list[str]) -> int:
 
 
 def pack(folder: Path, part_mib: float) -> list[Path]:
-    """``folder``'s wheels as ``folder/wheels.tar.xz`` cut into parts of at most ``part_mib`` MiB."""
+    """``folder``'s wheels and requirements as ``folder/wheels.tar.xz`` cut into parts of at most
+    ``part_mib`` MiB."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as tar:
-        for wheel in sorted(folder.glob("*.whl")):
-            tar.add(wheel, arcname=wheel.name)
+        for item in [*sorted(folder.glob("*.whl")), folder / REQUIREMENTS]:
+            tar.add(item, arcname=item.name)
     data, size = buffer.getvalue(), int(part_mib * 2**20)
     for old in folder.glob(ARCHIVE + ".part*"):
         old.unlink()
@@ -106,8 +109,14 @@ def pack(folder: Path, part_mib: float) -> list[Path]:
     return parts
 
 
-def install_command(wheels: Path, also: str) -> list[str]:
-    return [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels), RAY, *_names(also)]
+def requirements(also: str) -> str:
+    """The archive's ``requirements.txt``: Ray with its extras and the ``--also`` packages."""
+    return "\n".join([RAY, *_names(also)]) + "\n"
+
+
+def install_command(wheels: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+            "-r", str(wheels / REQUIREMENTS)]
 
 
 def build(args: argparse.Namespace) -> None:
@@ -120,6 +129,7 @@ def build(args: argparse.Namespace) -> None:
         return
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(command, check=True)
+    (out / REQUIREMENTS).write_text(requirements(args.also))
     dropped = drop_present(out, _names(args.have))
     print(f"[wheelhouse] left out (the target has them): {', '.join(dropped) or 'none'}")
     for wheel in out.glob("ray-*.whl"):
@@ -134,7 +144,7 @@ def install(args: argparse.Namespace) -> None:
     if not parts:
         raise SystemExit(f"wheelhouse: no archive parts next to {first}")
     wheels = Path(args.into) if args.into else Path(tempfile.mkdtemp(prefix="wheelhouse-"))
-    command = install_command(wheels, args.also)
+    command = install_command(wheels)
     if args.dry_run:
         print(f"join {', '.join(p.name for p in parts)}; unpack into {wheels}")
         print(shlex.join(command))
@@ -142,6 +152,8 @@ def install(args: argparse.Namespace) -> None:
     wheels.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:xz") as tar:
         tar.extractall(wheels, filter="data")
+    if not (wheels / REQUIREMENTS).is_file():
+        raise SystemExit(f"wheelhouse: the archive holds no {REQUIREMENTS}: build it again with this script")
     subprocess.run(command, check=True)
 
 
@@ -159,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     i = sub.add_parser("install", help="join the parts, unpack and install (no index needed)", allow_abbrev=False)
     i.add_argument("archive", help="wheels.tar.xz, or its first part")
     i.add_argument("--into", default=None, help="where the wheels are unpacked (default: a new temporary folder)")
-    i.add_argument("--also", default=ALSO, help="packages besides Ray, as given to build")
     i.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
     build(args) if args.step == "build" else install(args)

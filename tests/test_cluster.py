@@ -231,14 +231,18 @@ def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, mo
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "raylike" / "__init__.py").read_text() == "VALUE = 7\n"
 
+    (house / wheelhouse.REQUIREMENTS).write_text(wheelhouse.requirements("pyyaml"))
     parts = wheelhouse.pack(house, part_mib=256 / 2**20)  # 256-byte parts: several
     assert len(parts) > 1 and all(p.stat().st_size <= 256 for p in parts)
     ran = []
     monkeypatch.setattr(wheelhouse.subprocess, "run", lambda command, check: ran.append(command))
     wheelhouse.main(["install", str(parts[0]), "--into", str(tmp_path / "unpacked")])
     assert (tmp_path / "unpacked" / wheel.name).read_bytes() == wheel.read_bytes()
-    assert ran == [wheelhouse.install_command(tmp_path / "unpacked", wheelhouse.ALSO)]
-    assert ran[0][4:7] == ["--no-index", "--find-links", str(tmp_path / "unpacked")]
+    assert ran == [wheelhouse.install_command(tmp_path / "unpacked")]
+    assert ran[0][4:] == ["--no-index", "--find-links", str(tmp_path / "unpacked"),
+                          "-r", str(tmp_path / "unpacked" / "requirements.txt")]
+    # It installs what build was asked for, not this script's default list.
+    assert (tmp_path / "unpacked" / "requirements.txt").read_text().split() == [wheelhouse.RAY, "pyyaml"]
 
     wheelhouse.main(["build", "--out", str(tmp_path / "w"), "--have", "numpy", "--dry-run"])
     wheelhouse.main(["install", str(parts[0]), "--dry-run", "--into", str(tmp_path / "u2")])
