@@ -36,9 +36,12 @@ log() { echo "[gpu_ray_check] $*" >&2; echo "- $*" >> "$OUT/summary.md"; }
 
 PY=python
 if ! python -c "import ray" 2>/dev/null; then
-  # A venv that sees the machine's torch, pandas and pyarrow; pip from the system site installs into it.
-  python -m venv --without-pip --system-site-packages /tmp/hlgt-ray-env
-  PY=/tmp/hlgt-ray-env/bin/python
+  # Where python is itself a venv (its torch, pandas and pyarrow live there), Ray goes into it; a
+  # venv made from it would see the base interpreter's site-packages, not the venv's.
+  if ! python -c "import sys; sys.exit(sys.prefix == sys.base_prefix)"; then
+    python -m venv --without-pip --system-site-packages /tmp/hlgt-ray-env
+    PY=/tmp/hlgt-ray-env/bin/python
+  fi
   start=$SECONDS
   $PY cluster/wheelhouse.py install "$WHEELS" > "$OUT/install.log" 2>&1 || { log "Ray install FAILED (install.log)"; exit 1; }
   log "Ray installed from $WHEELS in $((SECONDS - start)) s"
