@@ -54,3 +54,28 @@ def test_compiled_decoder_levels_dispatch_fewer_operators(tmp_path):
     eager, compiled = _profile(tmp_path), _profile(tmp_path, **{"train.compile": True})
     assert compiled["other_top_level_ops_per_step"] < 0.9 * eager["other_top_level_ops_per_step"]
     assert compiled["syncs_per_step"] <= eager["syncs_per_step"]
+
+
+def test_a_host_sync_is_placed_at_the_model_line_and_the_library_line():
+    import traceback
+    import warnings
+
+    from hlgt.train import bench
+
+    def frame(path, line):
+        return traceback.FrameSummary(path, line, "f")
+
+    model = frame("/x/hlgt/model/hlgt_conv.py", 178)
+    library = frame("/y/torch_geometric/utils/_softmax.py", 40)
+    assert bench.sync_place([frame("/x/hlgt/train/bench.py", 9), model]) == "hlgt_conv.py:178"
+    assert bench.sync_place([model, library, frame("/usr/lib/warnings.py", 1)]) == "hlgt_conv.py:178 (_softmax.py:40)"
+    assert bench.sync_place([library]) == "? (_softmax.py:40)"
+    # The recorder keeps the sync warnings' places and lets every other warning through.
+    places = []
+    with warnings.catch_warnings(record=True) as passed:
+        warnings.simplefilter("always")
+        with bench.recorded_syncs(places):
+            warnings.warn("called a synchronizing CUDA operation")
+            warnings.warn("something else")
+    assert len(places) == 1 and places[0].startswith("? (test_bench.py:")
+    assert [str(w.message) for w in passed] == ["something else"]

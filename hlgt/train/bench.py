@@ -16,9 +16,11 @@ ratio to GTS. A measurement, not a test.
 steps after a warm-up), the aten operators dispatched (all, and the top-level ones the Python code
 calls) and the host synchronisation points: operators that, on a GPU, make the CPU wait for the
 device (``SYNC_OPS``: reading a value back with ``.item()``/``int()``/``bool()``, ``nonzero``,
-``unique``, ``masked_select``, ``repeat_interleave`` without an output size). A step is
-launch-bound on a GPU, so these counts, measured on the CPU, bound its speed there. The CPU
-BiGRUs' operators (``hlgt.model.gru``) are counted apart: on a GPU cuDNN's fused GRU replaces them.
+``unique``, ``masked_select``, ``repeat_interleave`` without an output size): what the CPU can
+count of the launches and waits a GPU step would make. The CPU BiGRUs' operators
+(``hlgt.model.gru``) are counted apart: on a GPU cuDNN's fused GRU replaces them. On a GPU the
+timed pass itself counts the host syncs (torch.cuda's sync debug mode), including those the CPU
+cannot see, and names the line that makes each.
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -28,9 +30,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
+import traceback
 import warnings
+from collections import Counter
+from pathlib import Path
 
 import torch
 
@@ -42,21 +48,51 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def sync_place(stack: list[traceback.FrameSummary]) -> str:
+    """Where a host sync was made, from the stack at its warning: the innermost frame of this
+    package (the model's line, or the training step's ``backward()`` for a sync in the backward)
+    and, when another file's frame is deeper, that one too (the library that synchronised)."""
+    frames = [f for f in stack if not f.filename.endswith(f"{os.sep}warnings.py")]
+    ours = [f for f in frames if f"{os.sep}hlgt{os.sep}" in f.filename]
+
+    def place(f: traceback.FrameSummary) -> str:
+        return f"{Path(f.filename).name}:{f.lineno}"
+
+    where = place(ours[-1]) if ours else "?"
+    return where if not frames or (ours and frames[-1] is ours[-1]) else f"{where} ({place(frames[-1])})"
+
+
 @contextlib.contextmanager
-def _syncs_counted(device: torch.device, counted: list):
-    """On a GPU, append to ``counted`` each host synchronisation the block makes (torch.cuda's
-    sync debug mode warns at each one); elsewhere nothing is counted."""
+def recorded_syncs(places: list[str]):
+    """Append to ``places`` the place (``sync_place``) of each synchronisation warning raised in
+    the block (torch.cuda's sync debug mode raises one at each host sync)."""
+    shown = warnings.showwarning
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchronizing" in str(message):
+            places.append(sync_place(traceback.extract_stack()[:-1]))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        yield
+
+
+@contextlib.contextmanager
+def _syncs_counted(device: torch.device, places: list[str]):
+    """On a GPU, append to ``places`` where each host synchronisation of the block is made;
+    elsewhere nothing is counted."""
     if device.type != "cuda":
         yield
         return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recorded_syncs(places):
         torch.cuda.set_sync_debug_mode("warn")
         try:
             yield
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    counted += [w for w in caught if "synchronizing" in str(w.message)]
 
 
 def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, device: torch.device,
@@ -88,8 +124,10 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
         _sync(device)
         return len(decode_rows) / max(time.perf_counter() - start, 1e-9), out
 
+    steps = max(len(batches) - 1, 1)
     result = {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
-              "train_syncs_per_step": len(syncs) / max(len(batches) - 1, 1) if device.type == "cuda" else None,
+              "train_syncs_per_step": len(syncs) / steps if device.type == "cuda" else None,
+              "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters())}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
@@ -261,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         r = results[arm]
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
                f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""
-        syncs = "" if r["train_syncs_per_step"] is None else f" ({r['train_syncs_per_step']:g} host syncs per step)"
+        places = ", ".join(f"{k} {v:g}" for k, v in r["train_syncs_by_place"].items())
+        syncs = ("" if r["train_syncs_per_step"] is None else
+                 f" ({r['train_syncs_per_step']:g} host syncs per step{': ' + places if places else ''})")
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     ref = results.get("gts")
