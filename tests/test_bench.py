@@ -79,3 +79,23 @@ def test_a_host_sync_is_placed_at_the_model_line_and_the_library_line():
             warnings.warn("something else")
     assert len(places) == 1 and places[0].startswith("? (test_bench.py:")
     assert [str(w.message) for w in passed] == ["something else"]
+
+
+def test_busy_time_is_the_union_of_kernel_intervals():
+    from hlgt.train.bench import busy_us
+
+    assert busy_us([]) == 0
+    assert busy_us([(5, 7), (0, 2), (1, 3), (6, 6.5)]) == 3 + 2  # [0, 3] and [5, 7]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_time_steps_prints_the_host_side_on_the_cpu(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    assert main(["--dataset", "sample", "--ablation", "full", "--limit", "48", "--batch-size", "16", "--embedding", "8",
+                 "--hidden", "16", "--threads", "1", "--device", "cpu", "--time-steps", "2",
+                 "--set", "model.heads=2", "--set", "model.layers=1"]) == 0
+    out = capsys.readouterr().out
+    assert "[bench] full: operators by host time" in out and "Self CPU" in out
+    assert "operators by device time" not in out  # no GPU: no kernel time to split
+    line = next(x for x in out.splitlines() if x.startswith("[bench] full: ") and "ms per step" in x)
+    assert float(line.split()[2]) > 0 and "GPU" not in line

@@ -22,6 +22,10 @@ count of the launches and waits a GPU step would make. The CPU BiGRUs' operators
 timed pass itself counts the host syncs (torch.cuda's sync debug mode), including those the CPU
 cannot see, and names the line that makes each.
 
+``--time-steps N`` instead times N training steps under torch.profiler: wall time per step against
+the time the GPU ran kernels (a step whose GPU idles is bound by the host), and the operators that
+take the most host and device time.
+
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
 so that no compilation is timed or counted.
@@ -224,6 +228,48 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
             "syncs_per_step": sum(syncs.values()) / steps, "syncs": {k: v / steps for k, v in sorted(syncs.items())}}
 
 
+def busy_us(ranges: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals: the time a device ran some kernel."""
+    busy, reach = 0.0, float("-inf")
+    for start, end in sorted(ranges):
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return busy
+
+
+def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps: int) -> dict:
+    """Wall time per training step (plan, copy to the device, forward, backward, Adam) against
+    the time the GPU ran kernels, over ``steps`` steps after a warm-up (torch.profiler, CPU and
+    CUDA activity), with the operators that take the most device and host time. A step whose GPU
+    idles most of its wall time is bound by the host; on the CPU only the host side is measured."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    solver, opt, batches = _training(cfg, vocab, rows, device)
+    batches = batches[: steps + 1]
+    if len(batches) < steps + 1:
+        raise ValueError(f"{len(batches)} batches: --time-steps {steps} needs {steps + 1}")
+    for batch in _warm_up(cfg, batches):
+        _train_step(solver, opt, solver.plan(batch).to(device))
+    _sync(device)
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        start = time.perf_counter()
+        for batch in batches[1:]:
+            _train_step(solver, opt, solver.plan(batch).to(device))
+        _sync(device)
+        wall = time.perf_counter() - start
+    kernels = [e.time_range for e in prof.events() if e.device_type == DeviceType.CUDA]
+    averages = prof.key_averages()
+    tables = {"host": averages.table(sort_by="self_cpu_time_total", row_limit=12)}
+    if cuda:
+        tables["device"] = averages.table(sort_by="self_device_time_total", row_limit=12)
+    return {"wall_ms_per_step": 1000 * wall / steps,
+            "device_ms_per_step": busy_us([(r.start, r.end) for r in kernels]) / 1000 / steps if cuda else None,
+            "tables": tables}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
@@ -245,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="count operators and host syncs per training step over STEPS steps (CPU), time nothing")
+    p.add_argument("--time-steps", type=int, default=0, metavar="STEPS",
+                   help="wall time per training step against the GPU's kernel time over STEPS steps (torch.profiler), "
+                        "with the operators that take the most of each; nothing else")
     args = p.parse_args(argv)
 
     from hlgt.data.build import ensure_shards
@@ -287,6 +336,17 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         return 0
     device = torch.device(args.device)
+    if args.time_steps > 0:
+        print(f"[bench] {args.dataset}: wall time per training step against the GPU's kernel time, batch "
+              f"{args.batch_size}, {args.time_steps} steps after a warm-up, device {device}", flush=True)
+        for arm in arms:
+            r = time_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, device, args.time_steps)
+            for side, table in r["tables"].items():
+                print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
+            gpu = r["device_ms_per_step"]
+            busy = "" if gpu is None else f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)"
+            print(f"[bench] {arm}: {r['wall_ms_per_step']:.1f} ms per step (profiled){busy}", flush=True)
+        return 0
     print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, "
           f"{len(decode_rows)} held-out problems decoded ({held_out} training, {len(decode_rows) - held_out} "
           f"validation), batch {args.batch_size}, "
