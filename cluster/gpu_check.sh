@@ -1,20 +1,26 @@
 #!/bin/bash
 # The GPU checks of the open issues, as one call on a lent GPU machine without Ray or internet
-# (torch with CUDA, torch-geometric, pyarrow): the learning curves of `full` and `gts` side by side
-# on the full Math23K training split, time-boxed, then their training speed on the same card in
-# the same call (the curves first: a call cut short by its time limit loses the speed figures, not
-# them). Build the shards on a machine with the annotator first and carry them:
+# (torch with CUDA, torch-geometric, pyarrow). Build the shards on a machine with the annotator
+# first and carry them:
 #
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
+#
+# STEPS (default "probe curves speed profile compiled"), in this order, each one's log under $OUT:
+#   probe     the sweep's GPU memory probe: trials per GPU (trials_per_gpu.txt)
+#   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
+#   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first (bench*.txt)
+#   profile   wall time per training step against the GPU's kernel time, and the operators that take
+#             the most of each (time_steps.txt)
+#   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt)
+# A call cut short by its time limit keeps the logs of the steps before.
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
 # BATCH (64, the paper's), BEFORE (a folder holding an older commit's `hlgt` package, made with
 # `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
-# card in the same call), COMPILE (1: the speed with train.compile=true is timed too, after the
-# eager one; 0: not). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the same steps
-# on the CPU in a minute (tests/test_cluster.py).
+# card in the same call), PROFILE_STEPS (10). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
+# runs the steps on the CPU in a minute (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
 DEVICE=${DEVICE:-cuda}
@@ -23,15 +29,18 @@ SHARDS=$(realpath -m "${SHARDS:-datasets/processed/${DATASET}-offline}")
 MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
-COMPILE=${COMPILE:-1}
+PROFILE_STEPS=${PROFILE_STEPS:-10}
+STEPS=${STEPS:-probe curves speed profile compiled}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 { nvidia-smi || true; python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
   > "$OUT/machine.txt" 2>&1
 
-echo "[gpu_check] the sweep's GPU memory probe: trials per GPU" >&2
-DATASET="$DATASET" SHARDS="$SHARDS" python - > "$OUT/trials_per_gpu.txt" 2>&1 <<'PY' || status=1
+if step probe; then
+  echo "[gpu_check] the sweep's GPU memory probe: trials per GPU" >&2
+  DATASET="$DATASET" SHARDS="$SHARDS" python - > "$OUT/trials_per_gpu.txt" 2>&1 <<'PY' || status=1
 import os, torch
 from hlgt.sweep.experiments import probe_gpu_memory, trials_per_gpu
 from hlgt.sweep.plan import Plan
@@ -43,31 +52,39 @@ if torch.cuda.is_available():
 else:
     print("no CUDA device: probe skipped")
 PY
-tail -1 "$OUT/trials_per_gpu.txt" >&2
+  tail -1 "$OUT/trials_per_gpu.txt" >&2
+fi
 
-echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
-python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \
-  --limit 1000000 --ablation gts,full --jobs 2 --set "train.max_minutes=$MINUTES" --set "train.batch_size=$BATCH" \
-  --out "$OUT/curve" > "$OUT/curve.log" 2>&1 || status=1
-tail -12 "$OUT/curve.log" >&2
+if step curves; then
+  echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
+  python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \
+    --limit 1000000 --ablation gts,full --jobs 2 --set "train.max_minutes=$MINUTES" --set "train.batch_size=$BATCH" \
+    --out "$OUT/curve" > "$OUT/curve.log" 2>&1 || status=1
+  tail -12 "$OUT/curve.log" >&2
+fi
 
 bench() {  # training and decoding speed of full and gts, with the hlgt package of the current folder
   python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
     --batch-size "$BATCH" --decode-limit 64 --ablation full,gts "$@"
 }
-if [ -n "${BEFORE:-}" ]; then
-  echo "[gpu_check] speed of the code in $BEFORE: full and gts" >&2
-  (cd "$BEFORE" && bench) > "$OUT/bench_before.txt" 2>&1 || status=1
-  tail -4 "$OUT/bench_before.txt" >&2
+if step speed; then
+  if [ -n "${BEFORE:-}" ]; then
+    echo "[gpu_check] speed of the code in $BEFORE: full and gts" >&2
+    (cd "$BEFORE" && bench) > "$OUT/bench_before.txt" 2>&1 || status=1
+    tail -4 "$OUT/bench_before.txt" >&2
+  fi
+  echo "[gpu_check] speed: full and gts, same card, same call" >&2
+  bench > "$OUT/bench.txt" 2>&1 || status=1
+  tail -4 "$OUT/bench.txt" >&2
 fi
-
-echo "[gpu_check] speed: full and gts, same card, same call" >&2
-bench > "$OUT/bench.txt" 2>&1 || status=1
-tail -4 "$OUT/bench.txt" >&2
-if [ "$COMPILE" = 1 ]; then
+if step profile; then
+  echo "[gpu_check] wall time per step against the GPU's kernel time ($PROFILE_STEPS steps)" >&2
+  bench --time-steps "$PROFILE_STEPS" > "$OUT/time_steps.txt" 2>&1 || status=1
+  grep "ms per step" "$OUT/time_steps.txt" >&2
+fi
+if step compiled; then
   echo "[gpu_check] speed with train.compile=true (decoder levels and graph layers compiled)" >&2
   bench --set train.compile=true > "$OUT/bench_compiled.txt" 2>&1 || status=1
   tail -4 "$OUT/bench_compiled.txt" >&2
 fi
-
 exit $status
