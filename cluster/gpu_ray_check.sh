@@ -36,8 +36,9 @@ log() { echo "[gpu_ray_check] $*" >&2; echo "- $*" >> "$OUT/summary.md"; }
 
 PY=python
 if ! python -c "import ray" 2>/dev/null; then
-  # Where python is itself a venv (its torch, pandas and pyarrow live there), Ray goes into it; a
-  # venv made from it would see the base interpreter's site-packages, not the venv's.
+  # Ray goes into python's own venv where python runs in one (the device's torch, pandas and pyarrow
+  # live there; a venv made from it would see only the base interpreter's packages); elsewhere into
+  # a venv that sees the system's packages.
   if ! python -c "import sys; sys.exit(sys.prefix == sys.base_prefix)"; then
     python -m venv --without-pip --system-site-packages /tmp/hlgt-ray-env
     PY=/tmp/hlgt-ray-env/bin/python
