@@ -48,7 +48,7 @@ if torch.cuda.is_available():
     plan = Plan(name="probe", storage="/tmp", base={"data.dataset": os.environ["DATASET"]}, arms=["full", "gts"],
                 samples=[{}], replicates=[{"data.fold": 0, "train.seed": 1}], shards={0: os.environ["SHARDS"]})
     peak, total = probe_gpu_memory(plan)
-    print(f"peak {peak / 2**30:.2f} GiB of {total / 2**30:.1f} GiB: {trials_per_gpu(total, peak)} trials per GPU")
+    print(f"peak reserved {peak / 2**30:.2f} GiB of {total / 2**30:.1f} GiB: {trials_per_gpu(total, peak)} trials per GPU")
 else:
     print("no CUDA device: probe skipped")
 PY
