@@ -99,3 +99,6 @@ def test_time_steps_prints_the_host_side_on_the_cpu(tmp_path, capsys, monkeypatc
     assert "operators by device time" not in out  # no GPU: no kernel time to split
     line = next(x for x in out.splitlines() if x.startswith("[bench] full: ") and "ms per step" in x)
     assert float(line.split()[2]) > 0 and "GPU" not in line
+    with pytest.raises(SystemExit, match=r"3 batches: --time-steps 100 needs 101 \(raise --limit\)"):
+        main(["--dataset", "sample", "--ablation", "full", "--limit", "48", "--batch-size", "16", "--embedding", "8",
+              "--hidden", "16", "--threads", "1", "--device", "cpu", "--time-steps", "100"])

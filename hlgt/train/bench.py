@@ -194,7 +194,7 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     solver, opt, batches = _training(cfg, vocab, rows, torch.device("cpu"))
     batches = batches[: steps + 1]
     if len(batches) < steps + 1:
-        raise ValueError(f"{len(batches)} batches: --profile {steps} needs {steps + 1}")
+        raise ValueError(f"{len(batches)} batches: --profile {steps} needs {steps + 1} (raise --limit)")
     stats = EpochStats(solver.parts(), torch.device("cpu"))
     batches = [solver.plan(b) for b in batches]  # as the training loop does, before the step
     for batch in _warm_up(cfg, batches):
@@ -249,7 +249,7 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
     solver, opt, batches = _training(cfg, vocab, rows, device)
     batches = batches[: steps + 1]
     if len(batches) < steps + 1:
-        raise ValueError(f"{len(batches)} batches: --time-steps {steps} needs {steps + 1}")
+        raise ValueError(f"{len(batches)} batches: --time-steps {steps} needs {steps + 1} (raise --limit)")
     for batch in _warm_up(cfg, batches):
         _train_step(solver, opt, solver.plan(batch).to(device))
     _sync(device)
@@ -328,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n| arm | aten ops / step | top-level | in the CPU BiGRUs | the rest (a GPU's share) | its top-level "
               "| in the optimizer | host syncs / step | syncs by operator |\n|---|---:|---:|---:|---:|---:|---:|---:|---|")
         for arm in arms:
-            r = profile_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, args.profile)
+            try:
+                r = profile_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, args.profile)
+            except ValueError as e:  # too few batches for the steps asked for
+                raise SystemExit(f"bench: {e}")
             by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
             print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
                   f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
@@ -340,7 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {args.dataset}: wall time per training step against the GPU's kernel time, batch "
               f"{args.batch_size}, {args.time_steps} steps after a warm-up, device {device}", flush=True)
         for arm in arms:
-            r = time_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, device, args.time_steps)
+            try:
+                r = time_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, device, args.time_steps)
+            except ValueError as e:  # too few batches for the steps asked for
+                raise SystemExit(f"bench: {e}")
             for side, table in r["tables"].items():
                 print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
             gpu = r["device_ms_per_step"]
