@@ -266,7 +266,8 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
     if cuda:
         tables["device"] = averages.table(sort_by="self_device_time_total", row_limit=12)
     return {"wall_ms_per_step": 1000 * wall / steps,
-            "device_ms_per_step": busy_us([(r.start, r.end) for r in kernels]) / 1000 / steps if cuda else None,
+            # None where no kernel was recorded (the CPU, or a profiler without CUDA activity).
+            "device_ms_per_step": busy_us([(r.start, r.end) for r in kernels]) / 1000 / steps if kernels else None,
             "tables": tables}
 
 
@@ -350,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             for side, table in r["tables"].items():
                 print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
             gpu = r["device_ms_per_step"]
-            busy = "" if gpu is None else f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)"
+            busy = (f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)" if gpu is not None
+                    else ", no GPU kernels recorded" if device.type == "cuda" else "")
             print(f"[bench] {arm}: {r['wall_ms_per_step']:.1f} ms per step (profiled){busy}", flush=True)
         return 0
     print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, "
