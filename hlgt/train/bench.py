@@ -158,6 +158,14 @@ def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tup
     return solver, opt, batches
 
 
+def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, steps: int, option: str) -> tuple:
+    """``_training`` with the first ``steps + 1`` batches: a warm-up and the measured steps."""
+    solver, opt, batches = _training(cfg, vocab, rows, device)
+    if len(batches) < steps + 1:
+        raise ValueError(f"{len(batches)} batches: {option} {steps} needs {steps + 1} (raise --limit)")
+    return solver, opt, batches[: steps + 1]
+
+
 def _train_step(solver, opt, batch, stats=None) -> None:
     """The training loop's step (``hlgt.train.loop.Trainer._step``; ``stats``: its gradient-norm
     bookkeeping), the optimizer's part labelled for the profile."""
@@ -191,10 +199,7 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     from hlgt.model.gru import CPU_GRU
     from hlgt.train.loop import EpochStats
 
-    solver, opt, batches = _training(cfg, vocab, rows, torch.device("cpu"))
-    batches = batches[: steps + 1]
-    if len(batches) < steps + 1:
-        raise ValueError(f"{len(batches)} batches: --profile {steps} needs {steps + 1} (raise --limit)")
+    solver, opt, batches = _training_steps(cfg, vocab, rows, torch.device("cpu"), steps, "--profile")
     stats = EpochStats(solver.parts(), torch.device("cpu"))
     batches = [solver.plan(b) for b in batches]  # as the training loop does, before the step
     for batch in _warm_up(cfg, batches):
@@ -246,10 +251,7 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    solver, opt, batches = _training(cfg, vocab, rows, device)
-    batches = batches[: steps + 1]
-    if len(batches) < steps + 1:
-        raise ValueError(f"{len(batches)} batches: --time-steps {steps} needs {steps + 1} (raise --limit)")
+    solver, opt, batches = _training_steps(cfg, vocab, rows, device, steps, "--time-steps")
     for batch in _warm_up(cfg, batches):
         _train_step(solver, opt, solver.plan(batch).to(device))
     _sync(device)
