@@ -270,8 +270,9 @@ class LineGraphConv(MessagePassing):
         alpha = self._alpha
         self._alpha = None
         # sum_j b_ij (S_v rho)_{b,c part} = that part times sum_j b_ij, which is 1 (0 without neighbours).
-        has_in = torch.zeros(E, 1, dtype=z.dtype, device=z.device)
-        has_in[line_index[1]] = 1.0                                               # [E, 1]
+        # index_fill_, not ``has_in[idx] = 1.0``: on a GPU that assignment copies the scalar from
+        # the host, a blocking copy in every step.
+        has_in = torch.zeros(E, 1, dtype=z.dtype, device=z.device).index_fill_(0, line_index[1], 1.0)  # [E, 1]
         zt = self.norm1(z + agg + has_in * v_tgt)                                 # [E, d]
         out = self.norm2(zt + self.ffn(zt))                                       # [E, d]
         return (out, alpha) if return_attention else out
