@@ -68,7 +68,11 @@ def _nn_bigru(gru: nn.GRU, x: Tensor, packing: Packing) -> tuple[Tensor, Tensor]
     ``pack_padded_sequence`` packs it, from ``packing``'s indices: no value is read back."""
     B, T, _ = x.shape
     H = gru.hidden_size
-    gru.flatten_parameters()  # a deep-copied module (the best model) loses cuDNN's flat weights
+    if len({w.untyped_storage().data_ptr() for ws in gru.all_weights for w in ws}) > 1:
+        # cuDNN wants the weights in one chunk; a deep-copied module (the best model) has one per
+        # weight. Only then: flattening allocates a new chunk and moves every weight into it,
+        # which a step captured as a CUDA graph cannot do.
+        gru.flatten_parameters()
     data = x.reshape(B * T, -1).index_select(0, packing.fwd_src)                # [P, I] time-major
     batch_sizes = torch.tensor(packing.batch_sizes, dtype=torch.long)           # on the CPU, as nn.GRU wants
     out, h_n = gru(PackedSequence(data, batch_sizes, packing.order, packing.unsort))  # h_n in batch order
