@@ -6,12 +6,14 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
-# STEPS (default "probe curves speed profile compiled"), in this order, each one's log under $OUT:
+# STEPS (default "probe curves speed profile replay compiled"), in this order, each one's log under $OUT:
 #   probe     the sweep's GPU memory probe: trials per GPU (trials_per_gpu.txt)
 #   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
 #   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first (bench*.txt)
 #   profile   wall time per training step against the GPU's kernel time, and the operators that take
 #             the most of each (time_steps.txt)
+#   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
+#             without host work (replay.txt)
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt)
 # A call cut short by its time limit keeps the logs of the steps before.
 #
@@ -30,7 +32,7 @@ MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 PROFILE_STEPS=${PROFILE_STEPS:-10}
-STEPS=${STEPS:-probe curves speed profile compiled}
+STEPS=${STEPS:-probe curves speed profile replay compiled}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
@@ -81,6 +83,15 @@ if step profile; then
   echo "[gpu_check] wall time per step against the GPU's kernel time ($PROFILE_STEPS steps)" >&2
   bench --time-steps "$PROFILE_STEPS" > "$OUT/time_steps.txt" 2>&1 || status=1
   grep "ms per step" "$OUT/time_steps.txt" >&2
+fi
+if step replay; then
+  echo "[gpu_check] one batch's step eager and replayed as a CUDA graph ($PROFILE_STEPS steps each)" >&2
+  if [ "$DEVICE" = cuda ]; then
+    bench --replay "$PROFILE_STEPS" > "$OUT/replay.txt" 2>&1 || status=1
+  else
+    echo "replay skipped: capturing a CUDA graph needs DEVICE=cuda" > "$OUT/replay.txt"
+  fi
+  grep -E "replayed|capture failed|skipped" "$OUT/replay.txt" >&2
 fi
 if step compiled; then
   echo "[gpu_check] speed with train.compile=true (decoder levels and graph layers compiled)" >&2

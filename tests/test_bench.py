@@ -1,6 +1,9 @@
 """hlgt.train.bench runs end to end on the sample data (a smoke test of the command: the speed
 figures themselves are measurements for BENCHMARKS.md, never asserted)."""
+import re
+
 import pytest
+import torch
 
 from hlgt.train.bench import main
 
@@ -99,6 +102,25 @@ def test_time_steps_prints_the_host_side_on_the_cpu(tmp_path, capsys, monkeypatc
     assert "operators by device time" not in out  # no GPU: no kernel time to split
     line = next(x for x in out.splitlines() if x.startswith("[bench] full: ") and "ms per step" in x)
     assert float(line.split()[2]) > 0 and "GPU" not in line
+    outside, inside = (float(x) for x in re.findall(r"([\d.]+) ms (?:outside|in them)", line))
+    assert outside > 0 and inside > 0 and outside + inside == pytest.approx(float(line.split()[2]), abs=0.11)
     with pytest.raises(SystemExit, match=r"3 batches: --time-steps 100 needs 101 \(raise --limit\)"):
         main(["--dataset", "sample", "--ablation", "full", "--limit", "48", "--batch-size", "16", "--embedding", "8",
               "--hidden", "16", "--threads", "1", "--device", "cpu", "--time-steps", "100"])
+
+
+def test_replay_needs_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    with pytest.raises(SystemExit, match=r"--replay captures a CUDA graph: it needs a GPU \(--device cuda\)"):
+        main(["--dataset", "sample", "--ablation", "gts", "--limit", "48", "--batch-size", "16", "--embedding", "8",
+              "--hidden", "16", "--threads", "1", "--device", "cpu", "--replay", "2"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_replay_on_a_gpu_trains_the_captured_step(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    assert main(["--dataset", "sample", "--ablation", "full,gts", "--limit", "48", "--batch-size", "16",
+                 "--embedding", "8", "--hidden", "16", "--device", "cuda", "--replay", "3",
+                 "--set", "model.heads=2", "--set", "model.layers=1"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "replayed" in x]
+    assert len(lines) == 2 and all(x.startswith(("[bench] full:", "[bench] gts:")) for x in lines)

@@ -24,7 +24,11 @@ cannot see, and names the line that makes each.
 
 ``--time-steps N`` instead times N training steps under torch.profiler: wall time per step against
 the time the GPU ran kernels (a step whose GPU idles is bound by the host), and the operators that
-take the most host and device time.
+take the most host and device time; on the CPU, the host time outside the CPU BiGRUs.
+
+``--replay N`` instead runs one batch's training step N times eagerly, then captures it as a CUDA
+graph and replays it N times: the replay's time is the floor a step without host work could
+reach (GPU only).
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -247,9 +251,14 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
     """Wall time per training step (plan, copy to the device, forward, backward, Adam) against
     the time the GPU ran kernels, over ``steps`` steps after a warm-up (torch.profiler, CPU and
     CUDA activity), with the operators that take the most device and host time. A step whose GPU
-    idles most of its wall time is bound by the host; on the CPU only the host side is measured."""
+    idles most of its wall time is bound by the host. On the CPU, the time in the CPU BiGRUs'
+    loop, which a GPU does not run: the rest, at small sizes (``--embedding 8 --hidden 8``), is
+    the host's own work per step (Python, dispatch, autograd), which a GPU step pays before its
+    kernels launch."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+
+    from hlgt.model.gru import CPU_GRU
 
     solver, opt, batches = _training_steps(cfg, vocab, rows, device, steps, "--time-steps")
     for batch in _warm_up(cfg, batches):
@@ -262,15 +271,69 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
             _train_step(solver, opt, solver.plan(batch).to(device))
         _sync(device)
         wall = time.perf_counter() - start
-    kernels = [e.time_range for e in prof.events() if e.device_type == DeviceType.CUDA]
+    events = prof.events()
+    kernels = [e.time_range for e in events if e.device_type == DeviceType.CUDA]
     averages = prof.key_averages()
     tables = {"host": averages.table(sort_by="self_cpu_time_total", row_limit=12)}
     if cuda:
         tables["device"] = averages.table(sort_by="self_device_time_total", row_limit=12)
+    # The CPU BiGRUs' loop (forward and backward), which a GPU replaces by cuDNN's fused GRU.
+    gru_us = busy_us([(e.time_range.start, e.time_range.end) for e in events if e.name == CPU_GRU])
     return {"wall_ms_per_step": 1000 * wall / steps,
             # None where no kernel was recorded (the CPU, or a profiler without CUDA activity).
             "device_ms_per_step": busy_us([(r.start, r.end) for r in kernels]) / 1000 / steps if kernels else None,
+            "cpu_gru_ms_per_step": gru_us / 1000 / steps if not cuda else None,
             "tables": tables}
+
+
+def replay_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps: int) -> dict:
+    """The first batch's training step (forward, backward, Adam) run ``steps`` times eagerly, then
+    captured as one CUDA graph and replayed ``steps`` times (both train on that batch over and
+    over). A replay runs the step's kernels with no host work between them (no Python, dispatch
+    or launches one by one): its time is the floor a step captured as a graph could reach, and
+    eager minus replay is what the host adds. -> ms per step of each, and the loss at the last
+    step of each (the replays go on training from where the eager steps stopped)."""
+    if device.type != "cuda":
+        raise ValueError("--replay captures a CUDA graph: it needs a GPU (--device cuda)")
+    solver, opt, batches = _training_steps(cfg, vocab, rows, device, 0, "--replay")
+    for group in opt.param_groups:
+        group["capturable"] = True  # Adam's step counters stay on the GPU, inside the graph
+    batch = solver.plan(batches[0]).to(device)
+
+    def step() -> torch.Tensor:
+        loss = solver(batch)["loss"]
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def timed(run) -> tuple[float, torch.Tensor]:
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = run()
+        _sync(device)
+        return 1000 * (time.perf_counter() - start) / steps, loss
+
+    side = torch.cuda.Stream(device)  # warm-up off the default stream, as capture requires
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+
+    def eager() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        return step()
+
+    eager_ms, eager_loss = timed(eager)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)  # the gradients are allocated inside the graph's own memory
+    with torch.cuda.graph(graph):
+        captured = step()
+    replay_ms, _ = timed(graph.replay)
+    return {"eager_ms_per_step": eager_ms, "replay_ms_per_step": replay_ms,
+            "eager_loss": float(eager_loss), "replay_loss": float(captured)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-steps", type=int, default=0, metavar="STEPS",
                    help="wall time per training step against the GPU's kernel time over STEPS steps (torch.profiler), "
                         "with the operators that take the most of each; nothing else")
+    p.add_argument("--replay", type=int, default=0, metavar="STEPS",
+                   help="one batch's training step run STEPS times eagerly, then captured as a CUDA graph and "
+                        "replayed STEPS times: the floor of a step without host work (GPU only); nothing else")
     args = p.parse_args(argv)
 
     from hlgt.data.build import ensure_shards
@@ -342,6 +408,21 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         return 0
     device = torch.device(args.device)
+    if args.replay > 0:
+        print(f"[bench] {args.dataset}: one batch's training step, eager and replayed as a CUDA graph, batch "
+              f"{args.batch_size}, {args.replay} steps each, device {device}", flush=True)
+        for arm in arms:
+            try:
+                r = replay_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, device, args.replay)
+            except ValueError as e:
+                raise SystemExit(f"bench: {e}")
+            except RuntimeError as e:  # the step does what a capture forbids (a host sync, a CPU tensor read)
+                print(f"[bench] {arm}: capture failed: {str(e).splitlines()[0]}", flush=True)
+                continue
+            print(f"[bench] {arm}: eager {r['eager_ms_per_step']:.1f} ms per step, replayed "
+                  f"{r['replay_ms_per_step']:.1f} ms ({r['eager_ms_per_step'] / r['replay_ms_per_step']:.1f}x); "
+                  f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}", flush=True)
+        return 0
     if args.time_steps > 0:
         print(f"[bench] {args.dataset}: wall time per training step against the GPU's kernel time, batch "
               f"{args.batch_size}, {args.time_steps} steps after a warm-up, device {device}", flush=True)
@@ -352,9 +433,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"bench: {e}")
             for side, table in r["tables"].items():
                 print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
-            gpu = r["device_ms_per_step"]
+            gpu, gru = r["device_ms_per_step"], r["cpu_gru_ms_per_step"]
             busy = (f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)" if gpu is not None
-                    else ", no GPU kernels recorded" if device.type == "cuda" else "")
+                    else ", no GPU kernels recorded" if device.type == "cuda"
+                    else f", {r['wall_ms_per_step'] - gru:.1f} ms outside the CPU BiGRUs ({gru:.1f} ms in them)")
             print(f"[bench] {arm}: {r['wall_ms_per_step']:.1f} ms per step (profiled){busy}", flush=True)
         return 0
     print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, "
