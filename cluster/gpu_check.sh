@@ -14,7 +14,8 @@
 #             the most of each (time_steps.txt)
 #   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
 #             without host work (replay.txt)
-#   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt)
+#   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
+#             and its step replayed as a CUDA graph (replay_compiled.txt)
 # A call cut short by its time limit keeps the logs of the steps before.
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
@@ -97,5 +98,9 @@ if step compiled; then
   echo "[gpu_check] speed with train.compile=true (decoder levels and graph layers compiled)" >&2
   bench --set train.compile=true > "$OUT/bench_compiled.txt" 2>&1 || status=1
   tail -4 "$OUT/bench_compiled.txt" >&2
+  if [ "$DEVICE" = cuda ]; then  # the compiler's cache makes this second compile shorter
+    bench --replay "$PROFILE_STEPS" --set train.compile=true > "$OUT/replay_compiled.txt" 2>&1 || status=1
+    grep -E "replayed|capture failed" "$OUT/replay_compiled.txt" >&2
+  fi
 fi
 exit $status

@@ -124,3 +124,10 @@ def test_replay_on_a_gpu_trains_the_captured_step(tmp_path, capsys, monkeypatch)
                  "--set", "model.heads=2", "--set", "model.layers=1"]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if "replayed" in x]
     assert len(lines) == 2 and all(x.startswith(("[bench] full:", "[bench] gts:")) for x in lines)
+
+
+def test_kernel_profile_counts_no_kernels_on_the_cpu():
+    from hlgt.train.bench import kernel_profile
+
+    k = kernel_profile(lambda: torch.ones(3).add_(1), 2, torch.device("cpu"))
+    assert k["per_step"] == 0 and k["busy_ms_per_step"] == 0 and "aten::add_" in k["table"]

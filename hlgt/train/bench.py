@@ -28,7 +28,7 @@ take the most host and device time; on the CPU, the host time outside the CPU Bi
 
 ``--replay N`` instead runs one batch's training step N times eagerly, then captures it as a CUDA
 graph and replays it N times: the replay's time is the floor a step without host work could
-reach (GPU only).
+reach (GPU only); with the GPU kernels per step of each and the kernels that take the most time.
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -327,13 +327,33 @@ def replay_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, ste
         return step()
 
     eager_ms, eager_loss = timed(eager)
+    eager_kernels = kernel_profile(eager, steps, device)
     graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)  # the gradients are allocated inside the graph's own memory
     with torch.cuda.graph(graph):
         captured = step()
     replay_ms, _ = timed(graph.replay)
+    replay_kernels = kernel_profile(graph.replay, steps, device)
     return {"eager_ms_per_step": eager_ms, "replay_ms_per_step": replay_ms,
-            "eager_loss": float(eager_loss), "replay_loss": float(captured)}
+            "eager_loss": float(eager_loss), "replay_loss": float(captured),
+            "eager_kernels": eager_kernels, "replay_kernels": replay_kernels}
+
+
+def kernel_profile(run, steps: int, device: torch.device) -> dict:
+    """``run()`` ``steps`` times under torch.profiler's CUDA activity: kernels per step, the time
+    the GPU ran some kernel per step, and the kernels that took the most of it (a table)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = [ProfilerActivity.CUDA] if device.type == "cuda" else []
+    with profile(activities=[ProfilerActivity.CPU] + cuda) as prof:
+        for _ in range(steps):
+            run()
+        _sync(device)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return {"per_step": len(kernels) / steps,
+            "busy_ms_per_step": busy_us([(e.time_range.start, e.time_range.end) for e in kernels]) / 1000 / steps,
+            "table": prof.key_averages().table(sort_by="self_device_time_total", row_limit=15)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
             except RuntimeError as e:  # the step does what a capture forbids (a host sync, a CPU tensor read)
                 print(f"[bench] {arm}: capture failed: {str(e).splitlines()[0]}", flush=True)
                 continue
+            for side in ("eager", "replay"):
+                print(f"\n[bench] {arm}: {side} kernels by device time\n{r[side + '_kernels']['table']}", flush=True)
+            for side in ("eager", "replay"):
+                k = r[side + "_kernels"]
+                print(f"[bench] {arm}: {side}: {k['per_step']:.0f} GPU kernels per step, GPU busy "
+                      f"{k['busy_ms_per_step']:.1f} ms per step (profiled)", flush=True)
             print(f"[bench] {arm}: eager {r['eager_ms_per_step']:.1f} ms per step, replayed "
                   f"{r['replay_ms_per_step']:.1f} ms ({r['eager_ms_per_step'] / r['replay_ms_per_step']:.1f}x); "
                   f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}", flush=True)
