@@ -45,6 +45,8 @@ def test_profile_counts_operators_and_host_syncs_per_step(tmp_path):
     r = _profile(tmp_path)
     assert r["ops_per_step"] == r["cpu_gru_ops_per_step"] + r["other_ops_per_step"] > r["top_level_ops_per_step"] > 0
     assert r["cpu_gru_ops_per_step"] > 0 and r["optimizer_ops_per_step"] > 0
+    # Kernels: fewer than the operators outside the BiGRUs (views, allocations and parents launch none).
+    assert 0 < r["launching_ops_per_step"] < 0.8 * r["other_ops_per_step"]
     # Collate checked the batches: the encoder reads no lengths or graph index back.
     assert r["syncs_per_step"] == sum(r["syncs"].values()) and r["syncs_per_step"] < 20
     with pytest.raises(ValueError, match="needs 101"):

@@ -196,6 +196,15 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "ate
             "aten::unique_dim", "aten::masked_select", "aten::repeat_interleave")
 
 
+# Operators that launch no kernel: views and metadata, allocations, conversions to what a tensor already is.
+NO_KERNEL_OPS = frozenset("aten::" + name for name in (
+    "view", "reshape", "_reshape_alias", "_unsafe_view", "view_as", "t", "transpose", "permute", "expand",
+    "expand_as", "narrow", "slice", "select", "squeeze", "unsqueeze", "as_strided", "detach", "alias",
+    "unbind", "split", "split_with_sizes", "chunk", "unflatten", "flatten", "diagonal", "numpy_T", "lift_fresh",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "to", "contiguous",
+    "result_type", "is_nonzero", "_has_compatible_shallow_copy_type", "set_"))
+
+
 def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     """aten operators and host-sync points per training step (see the module docstring)."""
     from torch.profiler import ProfilerActivity, profile
@@ -230,7 +239,13 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
         # Adam reads its step counters with .item(), but they live on the CPU: no device wait.
         if not g and e.name in SYNC_OPS and OPTIMIZER not in up:
             syncs[e.name] = syncs.get(e.name, 0) + 1
+    # What would launch a kernel: operators that call no other (leaves), less views, allocations
+    # and no-op conversions, outside the CPU BiGRUs; on a GPU a fused optimizer, cuBLAS or a
+    # fused dropout may launch more or fewer.
+    launches = sum(not g and e.name not in NO_KERNEL_OPS and not any(c.name.startswith("aten::") for c in e.cpu_children)
+                   for e, g in zip(events, in_gru))
     return {"ops_per_step": len(events) / steps, "top_level_ops_per_step": nested.count(False) / steps,
+            "launching_ops_per_step": launches / steps,
             "cpu_gru_ops_per_step": sum(in_gru) / steps, "other_ops_per_step": in_gru.count(False) / steps,
             "other_top_level_ops_per_step": sum(not g and not n for g, n in zip(in_gru, nested)) / steps,
             "optimizer_ops_per_step": sum(OPTIMIZER in up for up in lineage) / steps,
@@ -415,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {args.dataset}: operators and host syncs per training step, batch {args.batch_size}, "
               f"embedding {args.embedding}, hidden {args.hidden}, {args.profile} steps after a warm-up, CPU", flush=True)
         print("\n| arm | aten ops / step | top-level | in the CPU BiGRUs | the rest (a GPU's share) | its top-level "
-              "| in the optimizer | host syncs / step | syncs by operator |\n|---|---:|---:|---:|---:|---:|---:|---:|---|")
+              "| of it launching a kernel | in the optimizer | host syncs / step | syncs by operator |"
+              "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for arm in arms:
             try:
                 r = profile_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, args.profile)
@@ -424,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
             print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
                   f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
+                  f"| {r['launching_ops_per_step']:.0f} "
                   f"| {r['optimizer_ops_per_step']:.0f} | {r['syncs_per_step']:.1f} | {by_op} |",
                   flush=True)
         return 0
