@@ -1,12 +1,14 @@
 """Solver: losses, comparison head, solving, save/load, overfitting a few problems, bad input."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hlgt.config import ACTIVATIONS, MODEL_PARTS, ModelConfig
 from hlgt.data.collate import collate
@@ -448,3 +450,85 @@ def test_batches_planned_before_the_step_give_the_same_losses():
     rows[1] = {**rows[1], "prefix": None}
     with pytest.raises(ValueError, match=r"problems \['p1'\] have no gold equation"):
         model.plan(collate(rows, VOCAB))
+
+
+def _planned(model: Solver, rows: list[dict], shape=None):
+    return model.plan(collate(rows, VOCAB), shape)
+
+
+def _losses_and_gradients(model: Solver, batch) -> tuple[list[float], dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    out = model(batch)
+    out["loss"].backward()
+    return [out["tree_loss"].item(), out["com_loss"].item()], {n: p.grad for n, p in model.named_parameters()}
+
+
+def _covering(model: Solver, *row_sets):
+    shapes = [model.shape_of(_planned(model, rows)) for rows in row_sets]
+    shape = shapes[0]
+    for other in shapes[1:]:
+        shape = shape.covering(other)
+    return shape
+
+
+@pytest.mark.parametrize("kw", [dict(encoder="hlgt"), dict(encoder="hlgt", node_type=False), dict(encoder="none")])
+def test_a_batch_padded_to_a_shape_has_the_unpadded_losses_and_gradients(kw):
+    model = solver(**{**kw, "dropout": 0.0, "layers": 2})
+    rows, deeper = make_rows(6, 3), make_rows(6, 4, max_ops=6)  # the other batch: more nodes, deeper trees
+    shape = _covering(model, rows, deeper)
+    assert shape != model.shape_of(_planned(model, rows))  # the batch does get padded
+    losses, grads = _losses_and_gradients(model, _planned(model, rows))
+    padded_losses, padded_grads = _losses_and_gradients(model, _planned(model, rows, shape))
+    assert padded_losses == pytest.approx(losses, rel=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(padded_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def _operator_shapes(model: Solver, batch) -> list[tuple[str, str]]:
+    """Each aten operator of a training step (forward and backward) with the shapes of its
+    inputs, in order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model.zero_grad(set_to_none=True)  # each step accumulates into fresh gradients
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        model(batch)["loss"].backward()
+    return [(e.name, str(e.input_shapes)) for e in prof.events() if e.name.startswith("aten::")]
+
+
+def _stand_in_bigru(gru, x, lengths, low_precision=False, packing=None):
+    """One product in place of a BiGRU, with its output shapes: the BiGRUs run over each batch's
+    own lengths, outside a captured graph."""
+    h = F.linear(x, gru.weight_ih_l0[: gru.hidden_size])  # [B, T, H]
+    return h, h[:, 0].expand(2 * gru.num_layers, -1, -1)
+
+
+@pytest.mark.parametrize("encoder", ["hlgt", "none"])
+def test_batches_padded_to_one_shape_run_the_same_operators_on_the_same_shapes(encoder, monkeypatch):
+    # What one CUDA graph needs to serve every batch: the step after the BiGRUs is the same
+    # sequence of operators on the same shapes, whatever the problems.
+    monkeypatch.setattr("hlgt.model.encoder.bigru", _stand_in_bigru)
+    model = solver(encoder=encoder, layers=2)
+    first, second = make_rows(6, 3), make_rows(6, 4, max_ops=6)
+    shape = _covering(model, first, second)
+    padded = [_operator_shapes(model, _planned(model, rows, shape)) for rows in (first, second)]
+    assert padded[0] == padded[1]
+    unpadded = [_operator_shapes(model, _planned(model, rows)) for rows in (first, second)]
+    assert unpadded[0] != unpadded[1]
+
+
+def test_a_shape_too_small_for_a_batch_is_an_error():
+    model = solver(encoder="hlgt")
+    rows = make_rows(6, 3)
+    own = model.shape_of(_planned(model, rows))
+    assert own.fits(own) and own.fits(_covering(model, rows, make_rows(6, 4, max_ops=6)))
+    for smaller in (dataclasses.replace(own, tokens=own.tokens - 1), dataclasses.replace(own, edges=own.edges - 2)):
+        assert not own.fits(smaller)
+        with pytest.raises(ValueError, match="cannot pad a batch"):
+            _planned(model, rows, smaller)
+    with pytest.raises(ValueError, match="exceed the group sizes"):
+        _planned(model, rows, dataclasses.replace(own, groups=(own.groups[0] - 1, *own.groups[1:])))
+    shallow = dataclasses.replace(own, tree=dataclasses.replace(own.tree, goals=own.tree.goals[:-1]))
+    with pytest.raises(ValueError, match="do not fit"):
+        _planned(model, rows, shallow)
+    with pytest.raises(ValueError, match="a batch of 5 problems cannot be padded to 6"):
+        _planned(model, rows[:5], own)

@@ -33,7 +33,7 @@ class Batch:
     num_pos: torch.Tensor  # [B, Q] token index of quantity i (0 where padded)
     num_mask: torch.Tensor  # [B, Q] True for real quantities
     num_values: torch.Tensor  # [B, Q] values, the labels of the comparison task
-    node_batch: torch.Tensor  # [Nn] problem index of each node
+    node_batch: torch.Tensor  # [Nn] problem index of each node (B: a padding node, ``padded``)
     node_pos: torch.Tensor  # [Nn] token index of each node within its problem
     node_type: torch.Tensor  # [Nn] NODE_TYPES id
     edge_index: torch.Tensor  # [2, E] (src, dst) batch-global node ids
@@ -78,6 +78,39 @@ class Batch:
             raise ValueError("batch.edge_index links nodes of different problems")
         if L and bool((self.edge_index[1, self.line_index[0]] != self.edge_index[0, self.line_index[1]]).any()):
             raise ValueError("batch.line_index has a line edge (i->j) => (k->l) with j != k")
+
+    def padded(self, tokens: int, quantities: int, targets: int, nodes: int, edges: int, line_edges: int) -> "Batch":
+        """This batch grown to fixed sizes (each at least this batch's), so that every batch padded
+        alike has the same shapes: padding tokens and quantities are masked as a shorter problem's
+        are; padding nodes belong to no problem (``node_batch`` B); padding edges join the last
+        node, a padding one, to itself, and padding line edges the last edge, a padding one, to
+        itself, so no message reaches a real node or edge. Padding target tokens are masked; the
+        decoder's plan of the trees is padded apart (``TreePlan.padded``). Checked and planned
+        afterwards by ``Solver.plan``, not by ``check``, which allows no padding node."""
+        B, T = self.tokens.shape
+        N, E, L = self.node_batch.numel(), self.edge_type.numel(), self.line_index.size(1)
+        have = {"tokens": (T, tokens), "quantities": (self.num_pos.size(1), quantities),
+                "targets": (self.target.size(1), targets), "nodes": (N, nodes), "edges": (E, edges),
+                "line_edges": (L, line_edges)}
+        small = {k: v for k, v in have.items() if v[0] > v[1]}
+        if small or (edges > E and nodes == N) or (line_edges > L and edges == E):
+            raise ValueError(f"cannot pad a batch of sizes {({k: v[0] for k, v in have.items()})} to "
+                             f"{({k: v[1] for k, v in have.items()})}: each size must be at least the batch's, "
+                             "with a padding node for padding edges and a padding edge for padding line edges")
+
+        def grow(x: torch.Tensor, size: int, fill) -> torch.Tensor:  # along the last dimension
+            pad = x.new_full((*x.shape[:-1], size - x.size(-1)), fill)
+            return torch.cat([x, pad], -1)
+
+        padded = dataclasses.replace(
+            self, tokens=grow(self.tokens, tokens, 0), num_pos=grow(self.num_pos, quantities, 0),
+            num_mask=grow(self.num_mask, quantities, False), num_values=grow(self.num_values, quantities, 0.0),
+            target=grow(self.target, targets, 0), target_mask=grow(self.target_mask, targets, False),
+            node_batch=grow(self.node_batch, nodes, B), node_pos=grow(self.node_pos, nodes, 0),
+            node_type=grow(self.node_type, nodes, 0), edge_index=grow(self.edge_index, edges, nodes - 1),
+            edge_type=grow(self.edge_type, edges, 0), line_index=grow(self.line_index, line_edges, edges - 1))
+        padded.checked = self.checked
+        return padded
 
     def to(self, device: torch.device | str) -> "Batch":
         """The batch and its layouts on ``device``, in one transfer per dtype (``tensors_to``)."""

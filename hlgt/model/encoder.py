@@ -137,9 +137,12 @@ class Encoder(nn.Module):
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
         return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
 
-    def graph_layout(self, batch: Batch) -> GraphLayout | None:
-        """The HLGT layers' ``GraphLayout`` of the batch's graph; None for the other arms."""
-        return self.graph.layout(self._node_type(batch), batch.edge_index) if self.kind == "hlgt" else None
+    def graph_layout(self, batch: Batch, group_sizes: tuple[int, ...] | None = None) -> GraphLayout | None:
+        """The HLGT layers' ``GraphLayout`` of the batch's graph (its type groups padded to
+        ``group_sizes``, when given); None for the other arms."""
+        if self.kind != "hlgt":
+            return None
+        return self.graph.layout(self._node_type(batch), batch.edge_index, group_sizes)
 
     def _node_type(self, batch: Batch) -> Tensor:
         return batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
@@ -147,17 +150,18 @@ class Encoder(nn.Module):
     def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:
         """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
         B, T, H = h_b.shape
-        flat = h_b.reshape(B * T, H)                                              # [B*T, H]
+        # Row B*T, after the tokens, is where a padding node (node_batch B) reads and writes.
+        flat = torch.cat([h_b.reshape(B * T, H), h_b.new_zeros(1, H)])           # [B*T+1, H]
         row = batch.node_batch * T + batch.node_pos                               # [N]
         h0 = self.dropout(flat.index_select(0, row))                              # [N, H]
         graph = (h0, self._node_type(batch), batch.edge_index, batch.edge_type, batch.line_index)
         h = (self.graph(*graph, layout=batch.graph_layout) if self.kind == "hlgt"
              else self.graph(*graph))                                             # [N, H]
-        count = torch.zeros(B * T, 1, dtype=h.dtype, device=h.device).index_add_(
-            0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T, 1] nodes per token
-        summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T, H]
-        h_str = torch.where(count > 0, summed / count.clamp(min=1), flat)         # [B*T, H]
-        return h_str.view(B, T, H)
+        count = torch.zeros(B * T + 1, 1, dtype=h.dtype, device=h.device).index_add_(
+            0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T+1, 1] nodes per token
+        summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T+1, H]
+        h_str = torch.where(count > 0, summed / count.clamp(min=1), flat)         # [B*T+1, H]
+        return h_str[: B * T].view(B, T, H)
 
 
 class HLGTGraphEncoder(nn.Module):
@@ -174,9 +178,9 @@ class HLGTGraphEncoder(nn.Module):
         self.edge_layers = (nn.ModuleList(LineGraphConv(hidden, heads) for _ in range(layers))
                             if line_graph else None)
 
-    def layout(self, node_type: Tensor, edge_index: Tensor) -> GraphLayout:
+    def layout(self, node_type: Tensor, edge_index: Tensor, group_sizes: tuple[int, ...] | None = None) -> GraphLayout:
         """The layout every layer of a forward shares (``GraphLayout``), for this encoder's node types."""
-        return GraphLayout.of(edge_index, node_type, self.num_node_types)
+        return GraphLayout.of(edge_index, node_type, self.num_node_types, group_sizes)
 
     def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
                 line_index: Tensor, layout: GraphLayout | None = None) -> Tensor:

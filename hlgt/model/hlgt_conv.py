@@ -85,11 +85,27 @@ class GraphLayout:
     groups: TypeGroups                                                            # the touched nodes by type
 
     @classmethod
-    def of(cls, edge_index: Tensor, node_type: Tensor | None = None, num_types: int = 1) -> "GraphLayout":
-        """edge_index [2, E], node_type [N] (read only when num_types > 1)."""
+    def of(cls, edge_index: Tensor, node_type: Tensor | None = None, num_types: int = 1,
+           group_sizes: tuple[int, ...] | None = None) -> "GraphLayout":
+        """edge_index [2, E], node_type [N] (read only when num_types > 1). ``group_sizes`` (one per
+        type, each at least the type's touched nodes: ``group_counts``) pads every type group to
+        its size with copies of the last node, N - 1 (a padding node, ``Batch.padded``), so
+        that the layers' shapes are these sizes whatever the graph."""
         touched, local = torch.unique(edge_index, return_inverse=True)            # [Nt], [2, E]
-        types = node_type.index_select(0, touched) if num_types > 1 else touched  # [Nt]
+        types = node_type.index_select(0, touched) if num_types > 1 else torch.zeros_like(touched)  # [Nt]
+        if group_sizes is not None:
+            missing = torch.tensor(group_sizes) - torch.bincount(types, minlength=num_types)  # [num_types]
+            if bool((missing < 0).any()):
+                raise ValueError(f"touched nodes per type {(torch.tensor(group_sizes) - missing).tolist()} "
+                                 f"exceed the group sizes {list(group_sizes)}")
+            fill = torch.repeat_interleave(torch.arange(num_types), missing)       # a group label per padding row
+            touched = torch.cat([touched, touched.new_full(fill.shape, node_type.numel() - 1)])
+            types = torch.cat([types, fill])
         return cls(touched, local, TypeGroups.of(types, num_types))
+
+    def group_counts(self) -> tuple[int, ...]:
+        """Touched nodes per type group."""
+        return tuple(self.groups.counts) if self.groups.counts is not None else (len(self.touched),)
 
 
 class HLGTConv(MessagePassing):

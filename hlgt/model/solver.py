@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from hlgt.data.vocab import Vocab
 from hlgt.model.comparison import Comparison
 from hlgt.model.encoder import Encoder
 from hlgt.model.gru import Packing
-from hlgt.model.tree_decoder import TreeDecoder, tree_plan
+from hlgt.model.tree_decoder import TreeDecoder, TreeSizes, tree_plan
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # Bumped whenever the same weights would compute a different function (format 2: QK-normalised
@@ -63,6 +64,37 @@ def compile_methods(module: nn.Module, names: tuple[str, ...]) -> None:
 def stored_weights_format(saved_config: dict) -> int:
     """The weights format a saved model folder's config records (folders from before formats: 1)."""
     return saved_config.get("weights_format", 1)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Fixed sizes for a planned batch (``Solver.plan``): its problems, tokens, quantities and
+    target tokens, its graph's nodes, edges and line edges, the HLGT layers' type groups and the decoder's tree
+    levels. ``Solver.shape_of`` gives a batch's own; ``covering`` the least that holds two."""
+
+    problems: int
+    tokens: int
+    quantities: int
+    targets: int
+    nodes: int
+    edges: int
+    line_edges: int
+    groups: tuple[int, ...]  # touched nodes per type group (empty for arms without HLGT layers)
+    tree: TreeSizes
+
+    def covering(self, other: Shape) -> Shape:
+        if self.problems != other.problems or len(self.groups) != len(other.groups):
+            raise ValueError("shapes of different batch sizes or node typings cannot be covered by one")
+        sizes = {f.name: max(getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
+                 if f.name not in ("groups", "tree")}
+        return Shape(**sizes, groups=tuple(map(max, self.groups, other.groups)), tree=self.tree.covering(other.tree))
+
+    def fits(self, to: Shape) -> bool:
+        """Whether a batch of this shape can be padded to ``to``."""
+        try:
+            return self.covering(to) == to
+        except ValueError:
+            return False
 
 
 class Solver(nn.Module):
@@ -101,16 +133,41 @@ class Solver(nn.Module):
         if self.cfg.encoder == "hlgt":
             compile_methods(self.encoder.graph, ("forward",))
 
-    def plan(self, batch: Batch) -> Batch:
+    def plan(self, batch: Batch, shape: Shape | None = None) -> Batch:
         """The batch with its gold trees laid out for the decoder (``tree_plan``), its graph for the
         HLGT layers (``GraphLayout``) and its lengths packed for the BiGRUs (``Packing``), made here,
         where the batch is, before it moves to a GPU: the layouts and the targets' checks read
-        values back, which on a GPU would make every training step wait."""
+        values back, which on a GPU would make every training step wait.
+
+        ``shape`` (at least the batch's own, ``Shape.of``): the batch, its graph and its plan
+        padded to it, so that a training step after the BiGRUs runs the same operators on the same
+        shapes for every batch padded alike (what a step captured as a CUDA graph needs), with
+        the same losses and gradients as the unpadded batch."""
         self._check_targets(batch)
-        batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
-        batch.graph_layout = self.encoder.graph_layout(batch)
+        if shape is not None:
+            if len(batch) != shape.problems:
+                raise ValueError(f"a batch of {len(batch)} problems cannot be padded to {shape.problems}")
+            batch = batch.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,
+                                 shape.line_edges)
+        plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
+        batch.tree_plan = plan if shape is None else plan.padded(shape.tree, self.decoder.n_ops)
+        batch.graph_layout = self.encoder.graph_layout(batch, shape.groups if shape is not None else None)
         batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
         return batch
+
+    def shape_of(self, batch: Batch) -> Shape:
+        """The ``Shape`` of a batch planned without one, with a padding node, edge and line edge
+        (their room in its graph layout too): a shape of it, or covering it, leaves room for the
+        padding that ``plan`` adds."""
+        if batch.tree_plan is None:
+            raise ValueError("shape_of needs a planned batch (Solver.plan)")
+        layout = batch.graph_layout
+        groups = layout.group_counts() if layout is not None else ()
+        return Shape(problems=len(batch), tokens=batch.tokens.size(1), quantities=batch.num_pos.size(1),
+                     targets=batch.target.size(1), nodes=batch.node_batch.numel() + 1, edges=batch.edge_type.numel() + 1,
+                     line_edges=batch.line_index.size(1) + 1,
+                     groups=(groups[0] + 1, *groups[1:]) if groups else (),  # the padding node is of type 0
+                     tree=batch.tree_plan.sizes())
 
     def parts(self) -> dict[str, list[nn.Parameter]]:
         """The model's parameters by part (``hlgt.config.MODEL_PARTS``), for per-part gradient norms;

@@ -133,6 +133,116 @@ class TreePlan:
     sub_left_row: torch.Tensor  # [M] row of the left child in the next level's sub order (operators)
     sub_right_row: torch.Tensor  # [M] row of the right child in the next level's sub order (operators)
 
+    def sizes(self) -> TreeSizes:
+        """Rows of each part of each level: what ``padded`` pads to."""
+        goals = tuple((n_left, hi - lo - n_left) for lo, hi, n_left in
+                      zip(self.goal_starts, self.goal_starts[1:], self.goal_n_left))
+        ops = tuple(hi - lo for lo, hi in zip(self.goal_op_starts, self.goal_op_starts[1:]))
+        subs = tuple((n_leaf, hi - lo - n_leaf) for lo, hi, n_leaf in
+                     zip(self.sub_starts, self.sub_starts[1:], self.sub_n_leaf))
+        return TreeSizes(goals, ops, subs)
+
+    def padded(self, to: TreeSizes, n_ops: int) -> TreePlan:
+        """This plan with every part of every level grown to ``to``'s rows (each at least this
+        plan's, ``TreeSizes.covering``), so that the decoder's loop runs the same operators on the
+        same shapes for every plan padded alike. A padding row computes from row 0 of what it
+        reads (or the first candidate, for a leaf) and its gold is -100, the loss's ignore index:
+        no real row reads it and the loss leaves it out, so the real rows' logits and the loss
+        are the unpadded plan's."""
+        have = self.sizes()
+        if not have.fits(to):
+            raise ValueError(f"tree sizes {have} do not fit {to}")
+        cat = torch.cat
+
+        def grow(x: torch.Tensor, starts: list[int], parts, want, fill) -> torch.Tensor:
+            """x in level order, each level's parts (first, second) padded with ``fill`` (a value, or
+            a pair: one per part) to ``want``'s rows."""
+            out, fills = [], fill if isinstance(fill, tuple) else (fill, fill)
+            for d, (w_first, w_second) in enumerate(want):
+                lo = starts[d] if d < len(parts) else starts[-1]
+                first, second = parts[d] if d < len(parts) else (0, 0)
+                out += [x[lo : lo + first], x.new_full((w_first - first,), fills[0]),
+                        x[lo + first : lo + first + second], x.new_full((w_second - second,), fills[1])]
+            return cat(out)
+
+        def shifted(rows: torch.Tensor, first: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+            """Rows of a level's order moved past the padding of its first part."""
+            return rows + torch.where(rows >= first, shift, 0)
+
+        # The rows a row points at (in its own level, or the next for a subtree's children) move
+        # past the padding of that level's first part: each level's first part and its growth.
+        goal_level = torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor([a + b for a, b in have.goals]))
+        sub_level = torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor([a + b for a, b in have.subs]))
+        op_level = torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor(have.ops))
+        n_left = torch.tensor([a for a, _ in have.goals])
+        g_shift = torch.tensor([to_l - l for (l, _), (to_l, _) in zip(have.goals, to.goals)])
+        # One more level of subtrees: a leaf of the deepest level has no children, its rows unread.
+        n_leaf = torch.tensor([a for a, _ in have.subs] + [0])
+        s_shift = torch.tensor([to_l - l for (l, _), (to_l, _) in zip(have.subs, to.subs)] + [0])
+        sib_row = shifted(self.goal_sib_row, n_leaf[goal_level], s_shift[goal_level])
+        op_rows = shifted(self.goal_op_rows, n_left[op_level], g_shift[op_level])
+        left_row = shifted(self.sub_left_row, n_leaf[sub_level + 1], s_shift[sub_level + 1])
+        right_row = shifted(self.sub_right_row, n_leaf[sub_level + 1], s_shift[sub_level + 1])
+        ops_as_parts = [(n, 0) for n in have.ops]
+        ops_want = [(n, 0) for n in to.ops]
+
+        def goal(x, fill):
+            return grow(x, self.goal_starts, have.goals, to.goals, fill)
+
+        def sub(x, fill):
+            return grow(x, self.sub_starts, have.subs, to.subs, fill)
+
+        def op(x, fill):
+            return grow(x, self.goal_op_starts, ops_as_parts, ops_want, fill)
+
+        def starts(parts) -> list[int]:
+            return [0] + torch.tensor([a + b for a, b in parts], dtype=torch.long).cumsum(0).tolist()
+
+        return TreePlan(
+            n_levels=len(to.goals),
+            goal_starts=starts(to.goals),
+            goal_n_left=[a for a, _ in to.goals],
+            goal_op_starts=starts(ops_want),
+            sub_starts=starts(to.subs),
+            sub_n_leaf=[a for a, _ in to.subs],
+            goal_node=goal(self.goal_node, 0),
+            goal_batch=goal(self.goal_batch, 0),
+            goal_gold=goal(self.goal_gold, IGNORE),
+            goal_parent_row=goal(self.goal_parent_row, 0),
+            goal_sib_row=goal(sib_row, 0),
+            goal_op_rows=op(op_rows, 0),
+            goal_op_ids=op(self.goal_op_ids, 0),
+            sub_ids=sub(self.sub_ids, (n_ops, 0)),  # a padding leaf reads the first candidate
+            sub_batch=sub(self.sub_batch, 0),
+            sub_left_row=sub(left_row, 0),
+            sub_right_row=sub(right_row, 0),
+        )
+
+
+IGNORE = -100  # F.cross_entropy's ignore_index: the gold of a padding row
+
+
+@dataclass(frozen=True)
+class TreeSizes:
+    """Rows per level of a ``TreePlan``: goals (left children and the root, right children), the
+    operators among them, and the subtree embeddings (leaves, operators)."""
+
+    goals: tuple[tuple[int, int], ...]
+    ops: tuple[int, ...]
+    subs: tuple[tuple[int, int], ...]
+
+    def covering(self, other: TreeSizes) -> TreeSizes:
+        """The least sizes that both fit: the larger of each part, over the deeper of the two."""
+        def wider(a: tuple, b: tuple, empty):
+            n = max(len(a), len(b))
+            a, b = a + (empty,) * (n - len(a)), b + (empty,) * (n - len(b))
+            return tuple(tuple(map(max, x, y)) if isinstance(x, tuple) else max(x, y) for x, y in zip(a, b))
+        return TreeSizes(wider(self.goals, other.goals, (0, 0)), wider(self.ops, other.ops, 0),
+                         wider(self.subs, other.subs, (0, 0)))
+
+    def fits(self, to: TreeSizes) -> bool:
+        return self.covering(to) == to
+
 
 def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreePlan:
     """Parent, side, depth and children of every gold prefix token, without a per-problem loop.
@@ -431,8 +541,9 @@ class TreeDecoder(nn.Module):
 
     @staticmethod
     def loss(out: TreeOutput) -> torch.Tensor:
-        """GTS's masked_cross_entropy: summed token NLL / number of target tokens in the batch."""
-        return F.cross_entropy(out.logits, out.gold, reduction="mean")
+        """GTS's masked_cross_entropy: summed token NLL / number of target tokens in the batch
+        (a padded plan's padding rows have the gold ``IGNORE``: left out of both)."""
+        return F.cross_entropy(out.logits, out.gold, reduction="mean", ignore_index=IGNORE)
 
     # ---- beam search ----------------------------------------------------------------------------
     @torch.no_grad()
