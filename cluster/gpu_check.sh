@@ -6,7 +6,7 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
-# STEPS (default "probe curves speed profile replay compiled"), in this order, each one's log under $OUT:
+# STEPS (default "probe curves speed profile replay graphs compiled"), in this order, each one's log under $OUT:
 #   probe     the sweep's GPU memory probe: trials per GPU (trials_per_gpu.txt)
 #   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
 #   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first (bench*.txt)
@@ -14,6 +14,8 @@
 #             the most of each (time_steps.txt)
 #   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
 #             without host work (replay.txt)
+#   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and the mean training loss of
+#             a pass with and without it at dropout 0, which should agree (graphs_check_*.txt)
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
 #             and its step replayed as a CUDA graph (replay_compiled.txt)
 # A call cut short by its time limit keeps the logs of the steps before.
@@ -33,7 +35,7 @@ MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 PROFILE_STEPS=${PROFILE_STEPS:-10}
-STEPS=${STEPS:-probe curves speed profile replay compiled}
+STEPS=${STEPS:-probe curves speed profile replay graphs compiled}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
@@ -93,6 +95,20 @@ if step replay; then
     echo "replay skipped: capturing a CUDA graph needs DEVICE=cuda" > "$OUT/replay.txt"
   fi
   grep -E "replayed|capture failed|skipped" "$OUT/replay.txt" >&2
+fi
+if step graphs; then
+  echo "[gpu_check] speed with train.cuda_graphs=true; losses with and without it at dropout 0" >&2
+  if [ "$DEVICE" = cuda ]; then
+    bench --set train.cuda_graphs=true > "$OUT/bench_graphs.txt" 2>&1 || status=1
+    tail -4 "$OUT/bench_graphs.txt" >&2
+    for graphs in false true; do
+      bench --limit 960 --set model.dropout=0 --set "train.cuda_graphs=$graphs" > "$OUT/graphs_check_$graphs.txt" 2>&1 \
+        || status=1
+      grep "mean training loss" "$OUT/graphs_check_$graphs.txt" >&2
+    done
+  else
+    echo "graphs skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/bench_graphs.txt"
+  fi
 fi
 if step compiled; then
   echo "[gpu_check] speed with train.compile=true (decoder levels and graph layers compiled)" >&2

@@ -105,6 +105,7 @@ class TrainConfig:
     use_gpu: bool = False
     threads: int = 0  # torch intra-op threads per worker; 0 leaves torch's default
     compile: bool = False  # torch.compile the decoder's tree levels and the HLGT graph layers (Solver.compile_parts)
+    cuda_graphs: bool = False  # GPU, one process: replay the step after the BiGRUs as CUDA graphs (hlgt.train.cuda_graphs)
     word_vectors: str = ""  # word2vec/GloVe text file: the word embedding starts from its vectors (as the paper's 300-d ones)
     out_dir: str = field(default_factory=lambda: storage_path("runs"))
     wandb: bool = True

@@ -133,3 +133,10 @@ def test_kernel_profile_counts_no_kernels_on_the_cpu():
 
     k = kernel_profile(lambda: torch.ones(3).add_(1), 2, torch.device("cpu"))
     assert k["per_step"] == 0 and k["busy_ms_per_step"] == 0 and "aten::add_" in k["table"]
+
+
+def test_cuda_graphs_need_a_gpu_to_be_timed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    with pytest.raises(SystemExit, match="train.cuda_graphs captures CUDA graphs: it needs a GPU"):
+        main(["--dataset", "sample", "--ablation", "gts", "--limit", "48", "--batch-size", "16", "--embedding", "8",
+              "--hidden", "16", "--threads", "1", "--device", "cpu", "--set", "train.cuda_graphs=true"])

@@ -178,7 +178,7 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", MINUTES="0.2", LIMIT="64",
                BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"),
                PROFILE_STEPS="2",
-               STEPS="probe curves speed profile replay")  # compiling takes minutes on a CPU; tests/test_solver.py compiles
+               STEPS="probe curves speed profile replay graphs")  # compiling takes minutes on a CPU; tests/test_solver.py compiles
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
@@ -189,6 +189,7 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     assert (tmp_path / "out" / "curve" / "curve.json").is_file()
     assert "[bench] gts: " in (tmp_path / "out" / "time_steps.txt").read_text()
     assert "replay skipped" in (tmp_path / "out" / "replay.txt").read_text()  # a CUDA graph needs a GPU
+    assert "graphs skipped" in (tmp_path / "out" / "bench_graphs.txt").read_text()
     assert not (tmp_path / "out" / "bench_compiled.txt").exists()  # a step not asked for does not run
 
 

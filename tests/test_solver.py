@@ -359,11 +359,11 @@ def test_every_parameter_gets_a_gradient(kw, max_ops):
 def test_a_planned_batch_moves_in_one_transfer_per_dtype():
     # To a GPU every separate copy makes the host wait: the batch, its tree plan and its graph
     # layout travel as one buffer per dtype, and arrive as views of it.
-    from hlgt.data.collate import _tensors, packed_to
+    from hlgt.data.collate import packed_to, tensors_of
 
     batch = solver(encoder="hlgt").plan(collate(make_rows(4, 5), VOCAB))
     moved = batch.to("meta")
-    tensors, arrived = _tensors(batch), _tensors(moved)
+    tensors, arrived = tensors_of(batch), tensors_of(moved)
     assert len(arrived) == len(tensors) and moved.tree_plan.goal_node.is_meta and moved.graph_layout.groups.perm.is_meta
     assert all(m.is_meta and m.shape == t.shape and m.dtype == t.dtype for t, m in zip(tensors, arrived))
     assert len({id(m._base) for m in arrived}) == len({t.dtype for t in tensors})

@@ -49,6 +49,7 @@ class Batch:
     tree_plan: Any = None
     graph_layout: Any = None
     packing: Any = None
+    shape: Any = None  # the hlgt.model.solver.Shape that Solver.plan padded the batch to, if any
     # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
     # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
     checked: bool = dataclasses.field(default=False, init=False)
@@ -128,29 +129,30 @@ def tensors_to(obj, device: torch.device | str):
     travel packed, one buffer per dtype, and arrive as views of it: one transfer per dtype instead
     of one per tensor, and to a GPU from pinned memory without waiting (a plain copy to a GPU makes
     the host wait for everything queued before it)."""
-    return _with_tensors(obj, iter(_moved_packed(_tensors(obj), torch.device(device))))
+    return with_tensors(obj, iter(_moved_packed(tensors_of(obj), torch.device(device))))
 
 
-def _tensors(obj) -> list[torch.Tensor]:
+def tensors_of(obj) -> list[torch.Tensor]:
+    """The tensors of a dataclass instance and of the dataclasses in its fields, in field order."""
     out = []
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, torch.Tensor):
             out.append(value)
         elif _is_record(value):
-            out += _tensors(value)
+            out += tensors_of(value)
     return out
 
 
-def _with_tensors(obj, tensors: Iterator[torch.Tensor]):
-    """A copy of ``obj`` whose tensors are the next ones of ``tensors``, in ``_tensors``'s order."""
+def with_tensors(obj, tensors: Iterator[torch.Tensor]):
+    """A copy of ``obj`` whose tensors are the next ones of ``tensors``, in ``tensors_of``'s order."""
     changes = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, torch.Tensor):
             changes[f.name] = next(tensors)
         elif _is_record(value):
-            changes[f.name] = _with_tensors(value, tensors)
+            changes[f.name] = with_tensors(value, tensors)
     return dataclasses.replace(obj, **changes)
 
 

@@ -120,22 +120,35 @@ class Encoder(nn.Module):
 
     def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
         """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
+        return self.after_recurrence(batch, self.recurrence(batch, low_precision))
+
+    def recurrence(self, batch: Batch, low_precision: bool = False) -> tuple[Tensor, ...]:
+        """The BiGRUs, which run over each batch's own lengths: (h_b [B, T, H], problem [B, H]),
+        and h_seq [B, T, H] for the graph arms."""
         if not batch.checked:  # a batch from collate was checked there, on the CPU: no host sync here
             batch.check()
         tokens, lengths = batch.tokens, batch.lengths
-        B, T = tokens.shape
-        mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)      # [B, T]
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
         # Solver.plan packs the lengths on the CPU; an unplanned batch is packed here, once for both BiGRUs.
-        packing = batch.packing if batch.packing is not None else Packing.of(lengths, T).to(tokens.device)
+        packing = batch.packing if batch.packing is not None else Packing.of(lengths, tokens.size(1)).to(tokens.device)
         h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision, packing)    # [B, T, H], [4, B, H]
         if self.kind == "none":
-            return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=h_n[-2] + h_n[-1], mask=mask)
+            return h_b, h_n[-2] + h_n[-1]
         h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision, packing)  # [B, T, H], [2, B, H]
+        return h_b, h_n[0] + h_n[1], h_seq
+
+    def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...]) -> EncoderOutput:
+        """The rest of the encoder over ``recurrence``'s states: shapes that depend only on the
+        batch's padded sizes (``Solver.plan`` with a ``Shape``)."""
+        h_b, problem = states[:2]
+        B, T, _ = h_b.shape
+        mask = torch.arange(T, device=h_b.device) < batch.lengths.unsqueeze(1)    # [B, T]
+        if self.kind == "none":
+            return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=problem, mask=mask)
         h_str = self._structure(h_b, batch)                                       # [B, T, H]
-        h_f = torch.cat([h_seq, h_str], dim=-1)                                   # [B, T, 2H]
+        h_f = torch.cat([states[2], h_str], dim=-1)                               # [B, T, 2H] [h_seq : h_str]
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
-        return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=h_n[0] + h_n[1], mask=mask)
+        return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=problem, mask=mask)
 
     def graph_layout(self, batch: Batch, group_sizes: tuple[int, ...] | None = None) -> GraphLayout | None:
         """The HLGT layers' ``GraphLayout`` of the batch's graph (its type groups padded to

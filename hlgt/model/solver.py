@@ -89,6 +89,17 @@ class Shape:
                  if f.name not in ("groups", "tree")}
         return Shape(**sizes, groups=tuple(map(max, self.groups, other.groups)), tree=self.tree.covering(other.tree))
 
+    def rounded(self) -> Shape:
+        """Room for somewhat larger batches: each count grown by a quarter, up to a multiple of 8
+        (graph sizes of 64), so that fewer batches of another shuffle outgrow a shape seen once."""
+        def up(n: int, k: int = 8) -> int:
+            return -(-(n + n // 4) // k) * k
+        tree = TreeSizes(tuple((up(a), up(b)) for a, b in self.tree.goals), tuple(map(up, self.tree.ops)),
+                         tuple((up(a), up(b)) for a, b in self.tree.subs))
+        return dataclasses.replace(self, tokens=up(self.tokens), quantities=up(self.quantities),
+                                   targets=up(self.targets), nodes=up(self.nodes, 64), edges=up(self.edges, 64),
+                                   line_edges=up(self.line_edges, 64), groups=tuple(map(up, self.groups)), tree=tree)
+
     def fits(self, to: Shape) -> bool:
         """Whether a batch of this shape can be padded to ``to``."""
         try:
@@ -113,9 +124,14 @@ class Solver(nn.Module):
         self.uses_every_parameter = cfg.encoder in ("hlgt", "none")
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        return self.after_recurrence(batch, self.encoder.recurrence(batch))
+
+    def after_recurrence(self, batch: Batch, states: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """``forward`` from the encoder's BiGRU states (``Encoder.recurrence``) on: the part of a
+        training step whose shapes a padded batch fixes (``plan`` with a ``Shape``)."""
         if batch.tree_plan is None:  # plan() checked them where the batch was made
             self._check_targets(batch)
-        enc = self.encoder(batch)
+        enc = self.encoder.after_recurrence(batch, states)
         out = self.decoder(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
                            batch.target, batch.target_mask, plan=batch.tree_plan)
         tree = self.decoder.loss(out)
@@ -151,6 +167,7 @@ class Solver(nn.Module):
                                  shape.line_edges)
         plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
         batch.tree_plan = plan if shape is None else plan.padded(shape.tree, self.decoder.n_ops)
+        batch.shape = shape
         batch.graph_layout = self.encoder.graph_layout(batch, shape.groups if shape is not None else None)
         batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
         return batch

@@ -30,6 +30,9 @@ take the most host and device time; on the CPU, the host time outside the CPU Bi
 graph and replays it N times: the replay's time is the floor a step without host work could
 reach (GPU only); with the GPU kernels per step of each and the kernels that take the most time.
 
+``--set train.cuda_graphs=true`` (GPU) times the step as training runs it then: one untimed pass
+learns the batches' shape, the first timed batch captures (``hlgt.train.cuda_graphs``).
+
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
 so that no compilation is timed or counted.
@@ -108,18 +111,28 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     """Training problems/s over ``rows``, then decoding problems/s over ``decode_rows`` (float32,
     and with ``bf16`` also bfloat16 GRU products, with the number of predictions that differ)."""
     from hlgt.inference import predict
+    from hlgt.train.cuda_graphs import GraphedSteps
 
     solver, opt, batches = _training(cfg, vocab, rows, device)
-    for batch in _warm_up(cfg, batches):
-        _train_step(solver, opt, solver.plan(batch).to(device))
+    plan, forward, note = solver.plan, solver, ""
+    if cfg.train.cuda_graphs:  # as training does: one eager pass learns the shape (untimed)
+        steps = GraphedSteps(solver)
+        plan, forward = steps.plan, steps.forward
+        for batch in batches:
+            _train_step(forward, opt, plan(batch).to(device))
+        steps.epoch_note()
+    for batch in _warm_up(cfg, batches):  # with CUDA graphs: the capture
+        _train_step(forward, opt, plan(batch).to(device))
     _sync(device)
-    timed, start, syncs = 0, time.perf_counter(), []
+    timed, start, syncs, losses = 0, time.perf_counter(), [], []
     for batch in batches[1:]:
         with _syncs_counted(device, syncs):
-            _train_step(solver, opt, solver.plan(batch).to(device))
+            losses.append(_train_step(forward, opt, plan(batch).to(device)))
         timed += len(batch)
     _sync(device)
     train_s = time.perf_counter() - start
+    if cfg.train.cuda_graphs:
+        note = steps.epoch_note()
 
     def decode(bf16_inference: bool) -> tuple[float, list[list[str]]]:
         predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph,
@@ -136,7 +149,8 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     result = {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
               "train_syncs_per_step": len(syncs) / steps if device.type == "cuda" else None,
               "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
-              "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters())}
+              "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters()),
+              "note": note, "train_loss": float(torch.stack(losses).mean()) if losses else float("nan")}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
         result["decode_bf16_problems_per_s"], low = decode(True)
@@ -170,18 +184,20 @@ def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, 
     return solver, opt, batches[: steps + 1]
 
 
-def _train_step(solver, opt, batch, stats=None) -> None:
-    """The training loop's step (``hlgt.train.loop.Trainer._step``; ``stats``: its gradient-norm
-    bookkeeping), the optimizer's part labelled for the profile."""
+def _train_step(forward, opt, batch, stats=None) -> torch.Tensor:
+    """The training loop's step (``hlgt.train.loop.Trainer._step``; ``forward``: the solver, or
+    ``GraphedSteps.forward``; ``stats``: its gradient-norm bookkeeping), the optimizer's part
+    labelled for the profile. -> the step's loss, detached (not read back)."""
     from torch.profiler import record_function
 
-    out = solver(batch)
+    out = forward(batch)
     opt.zero_grad(set_to_none=True)
     out["loss"].backward()
     if stats is not None:
         stats.step(out, len(batch))
     with record_function(OPTIMIZER):
         opt.step()
+    return out["loss"].detach()
 
 
 def _warm_up(cfg: Config, batches: list) -> list:
@@ -402,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import load_rows, load_vocab, use_shards
+    from hlgt.train.cuda_graphs import CUDA_GRAPHS_NEED_A_GPU
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -490,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for arm in arms:
         arm_cfg = cfg.override({**ABLATIONS[arm], **overrides})
+        if arm_cfg.train.cuda_graphs and device.type != "cuda":
+            raise SystemExit(f"bench: {CUDA_GRAPHS_NEED_A_GPU}")
         results[arm] = measure(arm_cfg, rows, decode_rows, vocab, device, args.bf16)
         r = results[arm]
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
@@ -497,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
         places = ", ".join(f"{k} {v:g}" for k, v in r["train_syncs_by_place"].items())
         syncs = ("" if r["train_syncs_per_step"] is None else
                  f" ({r['train_syncs_per_step']:g} host syncs per step{': ' + places if places else ''})")
+        if r["note"]:
+            print(f"[bench] {arm}: timed pass: {r['note']}", flush=True)
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
+              f"mean training loss {r['train_loss']:.4f}, "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     ref = results.get("gts")
     extra = " bf16 decode problems/s | bf16 predictions changed |" if args.bf16 else ""

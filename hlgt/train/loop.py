@@ -56,6 +56,7 @@ from hlgt.inference import predict
 from hlgt.model.solver import Solver
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
+from hlgt.train.cuda_graphs import CUDA_GRAPHS_NEED_A_GPU, GraphedSteps
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -382,6 +383,13 @@ class Trainer:
             self.solver.compile_parts()
         self.model = self.rt.wrap_model(self.solver) if self.rt.wrap_model else self.solver
         self.parts = self.solver.parts()
+        self.steps = None
+        if self.cfg.train.cuda_graphs:
+            if self.rt.device.type != "cuda":
+                raise ValueError(CUDA_GRAPHS_NEED_A_GPU)
+            if self.model is not self.solver:
+                raise ValueError("train.cuda_graphs trains in one process: data parallelism's wrapper would be bypassed")
+            self.steps = GraphedSteps(self.solver)
         if self.rt.train_batches is None:
             self._train_rows = self._usable_train_rows()
             self.train_batches = self._shuffled_batches
@@ -431,8 +439,11 @@ class Trainer:
         self.model.train()
         stats = EpochStats(self.parts, self.rt.device)
         lr = self.opt.param_groups[0]["lr"]
+        plan = self.steps.plan if self.steps is not None else self.solver.plan
         for batch in self.train_batches(epoch):
-            self._step(self.solver.plan(batch).to(self.rt.device), stats)
+            self._step(plan(batch).to(self.rt.device), stats)
+        if self.steps is not None:
+            self.log(self.steps.epoch_note())
         self.sched.step()
         elapsed = time.perf_counter() - started
         sums = stats.sums()
@@ -445,7 +456,7 @@ class Trainer:
         return _epoch_metrics(epoch, sums, lr, elapsed, stats), bool(sums[4] > 0)
 
     def _step(self, batch, stats: EpochStats) -> None:
-        out = self.model(batch)
+        out = self.steps.forward(batch) if self.steps is not None else self.model(batch)
         self.opt.zero_grad(set_to_none=True)
         out["loss"].backward()
         # Norms are taken after data parallelism's all-reduce, so every rank clips alike.

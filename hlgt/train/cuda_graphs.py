@@ -1,0 +1,128 @@
+"""Training steps whose part after the BiGRUs is captured as CUDA graphs (``train.cuda_graphs``).
+
+On a GPU a training step is thousands of small operators, each launched by the host one after
+another: the host, not the GPU, sets the pace (``bench --replay`` measures how much). Batches
+padded to one ``Shape`` (``Solver.plan(batch, shape)``) run the same operators on the same shapes
+after the encoder's BiGRUs, so that part, forward and backward, is captured once
+(``torch.cuda.make_graphed_callables``) and replayed for every batch of the shape. The embedding
+and the BiGRUs, which run over each batch's own lengths, stay eager (cuDNN: a few launches each),
+as do the gradient bookkeeping and Adam.
+
+The shapes are learned, not configured, one per bucket of tree depths (``DEPTHS``): the first
+epoch runs eagerly and records the sizes of its full batches (``Solver.shape_of``); from the next
+epoch on, a batch that fits its bucket's covering shape (with room: ``Shape.rounded``) is padded to
+it and replayed; one that does not (a larger batch of another shuffle, the short last batch, a
+tree deeper than the buckets) runs eagerly, and its bucket's shape grows at the epoch's end and is
+captured anew. ``epoch_note`` says how many batches ran which way.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from hlgt.data.collate import Batch, tensors_of, with_tensors
+from hlgt.model.solver import Shape, Solver
+
+
+CUDA_GRAPHS_NEED_A_GPU = "train.cuda_graphs captures CUDA graphs: it needs a GPU (--gpu)"
+
+
+class _AfterRecurrence(nn.Module):
+    """``Solver.after_recurrence`` as a function of tensors only, as graph capture wants: the
+    BiGRU states, then the tensors of a batch laid out as ``template`` (its packing left out: the
+    BiGRUs read it, not this part). Returns the losses, then the activation scales."""
+
+    def __init__(self, solver: Solver, template: Batch, n_states: int):
+        super().__init__()
+        self.solver, self.n_states = solver, n_states
+        self.template = dataclasses.replace(template, packing=None)
+        self.scale_names: list[str] = []
+
+    def forward(self, *args: Tensor) -> tuple[Tensor, ...]:
+        states, tensors = args[: self.n_states], iter(args[self.n_states:])
+        out = self.solver.after_recurrence(with_tensors(self.template, tensors), states)
+        self.scale_names = list(out["scales"])
+        return (out["loss"], out["tree_loss"], out["com_loss"], *out["scales"].values())
+
+
+def _graph_inputs(batch: Batch) -> list[Tensor]:
+    return tensors_of(dataclasses.replace(batch, packing=None))
+
+
+# Gold trees of a batch are as deep as its deepest problem's, from 4 to 21 levels on Math23K; a
+# shape for the deepest would run the decoder's loop 3-4 times longer than most batches need, so
+# batches get one shape (and one captured graph) per depth bucket. Deeper trees run eagerly.
+DEPTHS = (5, 6, 8, 12, 16, 24, 32, 48)
+
+
+@dataclass
+class _Bucket:
+    seen: Shape | None = None  # covering every full batch's own shape so far
+    shape: Shape | None = None  # what its batches are padded to; None until an epoch has ended
+    graphed: nn.Module | None = None  # captured at its first padded batch
+
+
+class GraphedSteps:
+    """``plan`` and ``forward`` for the training loop, replaying the captured part of the step
+    for batches that fit their depth bucket's learned shape (module docstring)."""
+
+    def __init__(self, solver: Solver):
+        self.solver = solver
+        self.problems: int | None = None  # a full batch's size: the first batch's
+        self.buckets: dict[int, _Bucket] = {}
+        self.counts = {"replayed": 0, "eager": 0}
+
+    def plan(self, batch: Batch) -> Batch:
+        """The batch planned, padded to its bucket's shape when it fits (its sizes recorded)."""
+        planned = self.solver.plan(batch)
+        self.problems = self.problems or len(batch)
+        bound = next((d for d in DEPTHS if planned.tree_plan.n_levels <= d), None)
+        if bound is None or len(batch) != self.problems:
+            return planned  # too deep, or the short last batch: eager
+        bucket = self.buckets.setdefault(bound, _Bucket())
+        own = self.solver.shape_of(planned)
+        bucket.seen = own if bucket.seen is None else bucket.seen.covering(own)
+        if bucket.shape is not None and own.fits(bucket.shape):
+            return self.solver.plan(batch, bucket.shape)
+        return planned
+
+    def forward(self, batch: Batch) -> dict[str, Tensor]:
+        """The solver's training outputs for a planned batch on the GPU: replayed when it was
+        padded to a shape, else eager."""
+        if batch.shape is None:
+            self.counts["eager"] += 1
+            return self.solver(batch)
+        self.counts["replayed"] += 1
+        bucket = next(b for b in self.buckets.values() if b.shape is batch.shape)
+        states = self.solver.encoder.recurrence(batch)
+        if bucket.graphed is None:
+            bucket.graphed = self._capture(batch, states)
+        outs = bucket.graphed(*states, *_graph_inputs(batch))
+        names = bucket.graphed.scale_names
+        return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": dict(zip(names, outs[3:]))}
+
+    def _capture(self, batch: Batch, states: tuple[Tensor, ...]) -> nn.Module:
+        # The capture's own warm-up runs the module (and names the scales); the BiGRUs' weights are
+        # among its parameters but unused here.
+        module = _AfterRecurrence(self.solver, batch, len(states))
+        args = tuple(s.detach().requires_grad_(s.requires_grad) for s in states) + tuple(_graph_inputs(batch))
+        return torch.cuda.make_graphed_callables(module, args, allow_unused_input=True)
+
+    def epoch_note(self) -> str:
+        """How this epoch's batches ran. At the end of an epoch, a bucket whose batches outgrew
+        its shape (or had none) gets one covering them, with room (``Shape.rounded``), captured
+        anew at its next batch."""
+        replayed, eager = self.counts["replayed"], self.counts["eager"]
+        self.counts = {"replayed": 0, "eager": 0}
+        grown = 0
+        for bucket in self.buckets.values():
+            if bucket.shape is None or not bucket.seen.fits(bucket.shape):
+                room = bucket.seen.rounded()
+                bucket.shape = room if bucket.shape is None else bucket.shape.covering(room)
+                bucket.graphed = None
+                grown += 1
+        note = f"cuda graphs: {replayed} batches replayed, {eager} eager"
+        return note + (f"; {grown} of {len(self.buckets)} shapes grown, captured anew" if grown else "")

@@ -1,0 +1,99 @@
+"""Training steps replayed as CUDA graphs: the learned shape, the padded batches and the captured
+module on the CPU; capture and replay where a GPU is."""
+import dataclasses
+
+import pytest
+import torch
+
+from hlgt import config as C
+from hlgt.config import Config
+from hlgt.data.collate import iter_batches
+from hlgt.data.shards import load_rows, load_vocab
+from hlgt.model.solver import Solver
+from hlgt.train import loop
+from hlgt.train.cuda_graphs import GraphedSteps, _AfterRecurrence, _graph_inputs
+
+TINY = {"data.dataset": "sample", "train.epochs": 2, "train.lr_step": 1, "train.batch_size": 8,
+        "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
+        "model.beam_size": 2, "model.max_output_len": 16, "model.dropout": 0.0, "train.wandb": False,
+        "train.threads": 1}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    from hlgt.data.build import ensure_shards
+
+    return ensure_shards(Config.from_flat({**TINY, "data.shards_dir": str(tmp_path_factory.mktemp("processed"))}))
+
+
+def _solver_and_rows(shards, **flat):
+    cfg = Config.from_flat({**TINY, **flat})
+    vocab = load_vocab(shards)
+    torch.manual_seed(0)
+    return Solver(cfg.model, vocab), vocab, [r for r in load_rows(shards, "train") if r["prefix"] is not None]
+
+
+def test_the_first_epoch_learns_the_shapes_and_later_ones_pad_to_them(shards):
+    solver, vocab, rows = _solver_and_rows(shards)
+    steps = GraphedSteps(solver)
+    epochs = [list(iter_batches(rows, vocab, 8, shuffle=True, seed=e)) for e in (1, 2)]
+    first = [steps.plan(b) for b in epochs[0]]
+    assert all(b.shape is None for b in first)  # the first epoch runs eagerly
+    assert "shapes grown" in steps.epoch_note() and steps.buckets  # one shape per depth bucket seen
+    shapes = [b.shape for b in steps.buckets.values()]
+    assert all(s is not None and s.problems == 8 for s in shapes)
+    second = [steps.plan(b) for b in epochs[1]]
+    full = [b for b in second if len(b) == 8]
+    assert all(b.shape is None or any(b.shape is s for s in shapes) for b in full)
+    assert all(b.tokens.size(1) == b.shape.tokens and b.tree_plan.n_levels == len(b.shape.tree.goals)
+               for b in full if b.shape is not None)
+    assert sum(b.shape is not None for b in full) >= len(full) // 2  # most of another shuffle fits
+    assert all(b.shape is None for b in second if len(b) < 8)  # the short last batch stays eager
+
+
+def test_a_shape_its_batches_outgrew_grows_at_the_epochs_end(shards):
+    solver, vocab, rows = _solver_and_rows(shards)
+    steps = GraphedSteps(solver)
+    for b in iter_batches(rows, vocab, 8):
+        steps.plan(b)
+    steps.epoch_note()
+    bucket = next(iter(steps.buckets.values()))
+    too_small = dataclasses.replace(bucket.seen, tokens=bucket.seen.tokens - 1)
+    bucket.shape = too_small  # as if the epoch's batches had been larger than the shape learned
+    assert "1 of" in steps.epoch_note()
+    assert bucket.seen.fits(bucket.shape) and bucket.shape != too_small and bucket.graphed is None
+    assert "grown" not in steps.epoch_note()  # nothing outgrew it since
+
+
+@pytest.mark.parametrize("arm", ["full", "gts"])
+def test_the_captured_module_computes_the_solvers_losses(shards, arm):
+    solver, vocab, rows = _solver_and_rows(shards, **{k: v for k, v in C.ABLATIONS[arm].items()})
+    batch = next(iter(iter_batches(rows, vocab, 8)))
+    shape = solver.shape_of(solver.plan(batch))
+    padded = solver.plan(batch, shape)
+    states = solver.encoder.recurrence(padded)
+    module = _AfterRecurrence(solver, padded, len(states))
+    outs = module(*states, *_graph_inputs(padded))
+    want = solver.after_recurrence(padded, states)
+    assert [o.item() for o in outs[:3]] == pytest.approx([want[k].item() for k in ("loss", "tree_loss", "com_loss")])
+    assert module.scale_names == list(want["scales"])
+
+
+def test_cuda_graphs_need_a_gpu(shards, tmp_path):
+    with pytest.raises(ValueError, match="train.cuda_graphs captures CUDA graphs: it needs a GPU"):
+        loop.train(Config.from_flat({**TINY, "train.cuda_graphs": True}), shards, run_dir=tmp_path / "run")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("arm", ["full", "gts"])
+def test_replayed_steps_train_as_eager_steps_do(shards, tmp_path, arm):
+    # Dropout 0: the same losses epoch by epoch up to float rounding (padding changes no loss).
+    runs = {}
+    for graphs in (False, True):
+        cfg = Config.from_flat({**TINY, **C.ABLATIONS[arm], "train.epochs": 3, "train.use_gpu": True,
+                                "train.cuda_graphs": graphs})
+        result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(device=torch.device("cuda")))
+        runs[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
+    assert runs[True] == pytest.approx(runs[False], rel=1e-3)
