@@ -81,6 +81,61 @@ def test_the_captured_module_computes_the_solvers_losses(shards, arm):
     assert module.scale_names == list(want["scales"])
 
 
+def _graphed_without_graphs(module, sample_args, allow_unused_input=False):
+    """``torch.cuda.make_graphed_callables``'s autograd plumbing without the graphs (which need a
+    GPU): the module runs inside one autograd Function over the user arguments and the module's
+    parameters, its outputs detached, its backward by ``autograd.grad`` over both."""
+    params = tuple(p for p in module.parameters() if p.requires_grad)
+    n_user, run = len(sample_args), module.forward
+    module(*sample_args)  # the warm-up
+
+    class Graphed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            with torch.enable_grad():
+                ctx.user = [u.detach().requires_grad_(u.requires_grad) for u in inputs[:n_user]]
+                ctx.outs = run(*ctx.user)
+            return tuple(o.detach() for o in ctx.outs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            pairs = [(o, g) for o, g in zip(ctx.outs, grads) if o.requires_grad]
+            wrt = [u for u in ctx.user if u.requires_grad] + list(params)
+            got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
+                                           allow_unused=allow_unused_input))
+            return tuple(next(got) if u.requires_grad else None for u in ctx.user) + tuple(got)
+
+    module.forward = lambda *args: Graphed.apply(*args, *params)
+    return module
+
+
+@pytest.mark.parametrize("arm", ["full", "gts"])
+def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, monkeypatch, arm):
+    # The captured part's inputs, outputs and gradients (to the BiGRUs' states and every
+    # parameter) wired as make_graphed_callables wires them: training matches eager step by step.
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _graphed_without_graphs)
+    losses = {}
+    for graphs in (False, True):
+        solver, vocab, rows = _solver_and_rows(shards, **C.ABLATIONS[arm])
+        opt = torch.optim.Adam(solver.parameters(), lr=1e-3)
+        steps = GraphedSteps(solver)
+        batches = list(iter_batches(rows, vocab, 8))
+        if graphs:
+            for b in batches:
+                steps.plan(b)
+            steps.epoch_note()
+        losses[graphs] = []
+        for b in batches[:6]:
+            out = steps.forward(steps.plan(b)) if graphs else solver(solver.plan(b))
+            opt.zero_grad(set_to_none=True)
+            out["loss"].backward()
+            opt.step()
+            losses[graphs].append(out["loss"].item())
+        if graphs:
+            assert "6 batches replayed" in steps.epoch_note()
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4)
+
+
 def test_cuda_graphs_need_a_gpu(shards, tmp_path):
     with pytest.raises(ValueError, match="train.cuda_graphs captures CUDA graphs: it needs a GPU"):
         loop.train(Config.from_flat({**TINY, "train.cuda_graphs": True}), shards, run_dir=tmp_path / "run")
