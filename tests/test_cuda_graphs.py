@@ -152,3 +152,9 @@ def test_replayed_steps_train_as_eager_steps_do(shards, tmp_path, arm):
         result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(device=torch.device("cuda")))
         runs[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
     assert runs[True] == pytest.approx(runs[False], rel=1e-3)
+
+
+def test_cuda_graphs_leave_the_hgt_and_rgat_baselines_out(shards, tmp_path):
+    with pytest.raises(ValueError, match="hlgt and none encoders only"):
+        loop.train(Config.from_flat({**TINY, "train.cuda_graphs": True, "model.encoder": "rgat"}), shards,
+                   run_dir=tmp_path / "run")

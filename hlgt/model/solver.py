@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +69,9 @@ def stored_weights_format(saved_config: dict) -> int:
 @dataclass(frozen=True)
 class Shape:
     """Fixed sizes for a planned batch (``Solver.plan``): its problems, tokens, quantities and
-    target tokens, its graph's nodes, edges and line edges, the HLGT layers' type groups and the decoder's tree
-    levels. ``Solver.shape_of`` gives a batch's own; ``covering`` the least that holds two."""
+    target tokens, its graph's nodes, edges and line edges, the HLGT layers' type groups and the
+    decoder's tree levels. ``Solver.shape_of`` gives a batch's own; ``covering`` the least that
+    holds two."""
 
     problems: int
     tokens: int
@@ -155,7 +156,7 @@ class Solver(nn.Module):
         where the batch is, before it moves to a GPU: the layouts and the targets' checks read
         values back, which on a GPU would make every training step wait.
 
-        ``shape`` (at least the batch's own, ``Shape.of``): the batch, its graph and its plan
+        ``shape`` (at least the batch's own, ``shape_of``): the batch, its graph and its plan
         padded to it, so that a training step after the BiGRUs runs the same operators on the same
         shapes for every batch padded alike (what a step captured as a CUDA graph needs), with
         the same losses and gradients as the unpadded batch."""
@@ -181,8 +182,8 @@ class Solver(nn.Module):
         layout = batch.graph_layout
         groups = layout.group_counts() if layout is not None else ()
         return Shape(problems=len(batch), tokens=batch.tokens.size(1), quantities=batch.num_pos.size(1),
-                     targets=batch.target.size(1), nodes=batch.node_batch.numel() + 1, edges=batch.edge_type.numel() + 1,
-                     line_edges=batch.line_index.size(1) + 1,
+                     targets=batch.target.size(1), nodes=batch.node_batch.numel() + 1,
+                     edges=batch.edge_type.numel() + 1, line_edges=batch.line_index.size(1) + 1,
                      groups=(groups[0] + 1, *groups[1:]) if groups else (),  # the padding node is of type 0
                      tree=batch.tree_plan.sizes())
 

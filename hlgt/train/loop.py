@@ -385,6 +385,9 @@ class Trainer:
         self.parts = self.solver.parts()
         self.steps = None
         if self.cfg.train.cuda_graphs:
+            if self.cfg.model.encoder not in ("hlgt", "none"):
+                # The HGT and RGAT baselines' PyG layers are not checked on padded graphs.
+                raise ValueError("train.cuda_graphs runs the hlgt and none encoders only")
             if self.rt.device.type != "cuda":
                 raise ValueError(CUDA_GRAPHS_NEED_A_GPU)
             if self.model is not self.solver:
