@@ -158,3 +158,24 @@ def test_cuda_graphs_leave_the_hgt_and_rgat_baselines_out(shards, tmp_path):
     with pytest.raises(ValueError, match="hlgt and none encoders only"):
         loop.train(Config.from_flat({**TINY, "train.cuda_graphs": True, "model.encoder": "rgat"}), shards,
                    run_dir=tmp_path / "run")
+
+
+def test_a_failed_capture_leaves_every_later_step_eager(shards, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", refuse)
+    solver, vocab, rows = _solver_and_rows(shards)
+    steps = GraphedSteps(solver)
+    batches = list(iter_batches(rows, vocab, 8))
+    for b in batches:
+        steps.plan(b)
+    steps.epoch_note()
+    padded = steps.plan(batches[0])
+    assert padded.shape is not None
+    out = steps.forward(padded)
+    assert out["loss"].item() == pytest.approx(solver.after_recurrence(padded, solver.encoder.recurrence(padded))
+                                                ["loss"].item(), rel=1e-5)  # dropout 0
+    steps.forward(steps.plan(batches[1]))
+    assert steps.epoch_note() == ("cuda graphs: 0 batches replayed, 2 eager; capture failed, every step eager: "
+                                  "operation not permitted when stream is capturing")

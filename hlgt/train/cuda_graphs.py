@@ -13,7 +13,8 @@ epoch runs eagerly and records the sizes of its full batches (``Solver.shape_of`
 epoch on, a batch that fits its bucket's covering shape (with room: ``Shape.rounded``) is padded to
 it and replayed; one that does not (a larger batch of another shuffle, the short last batch, a
 tree deeper than the buckets) runs eagerly, and its bucket's shape grows at the epoch's end and is
-captured anew. ``epoch_note`` says how many batches ran which way.
+captured anew. A capture that fails (the step does something a capture forbids) leaves every
+later step eager, with the reason. ``epoch_note`` says how many batches ran which way.
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ class GraphedSteps:
         self.problems: int | None = None  # a full batch's size: the first batch's
         self.buckets: dict[int, _Bucket] = {}
         self.counts = {"replayed": 0, "eager": 0}
+        self.failed: str | None = None  # why a capture failed: every later step runs eagerly
 
     def plan(self, batch: Batch) -> Batch:
         """The batch planned, padded to its bucket's shape when it fits (its sizes recorded)."""
@@ -92,14 +94,19 @@ class GraphedSteps:
     def forward(self, batch: Batch) -> dict[str, Tensor]:
         """The solver's training outputs for a planned batch on the GPU: replayed when it was
         padded to a shape, else eager."""
-        if batch.shape is None:
+        if batch.shape is None or self.failed:
             self.counts["eager"] += 1
             return self.solver(batch)
-        self.counts["replayed"] += 1
         bucket = next(b for b in self.buckets.values() if b.shape is batch.shape)
         states = self.solver.encoder.recurrence(batch)
         if bucket.graphed is None:
-            bucket.graphed = self._capture(batch, states)
+            try:
+                bucket.graphed = self._capture(batch, states)
+            except RuntimeError as e:  # something in the step a capture forbids (a host sync, ...)
+                self.failed = str(e).splitlines()[0]
+                self.counts["eager"] += 1
+                return self.solver.after_recurrence(batch, states)
+        self.counts["replayed"] += 1
         outs = bucket.graphed(*states, *_graph_inputs(batch))
         names = bucket.graphed.scale_names
         return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": dict(zip(names, outs[3:]))}
@@ -125,4 +132,6 @@ class GraphedSteps:
                 bucket.graphed = None
                 grown += 1
         note = f"cuda graphs: {replayed} batches replayed, {eager} eager"
+        if self.failed:
+            return note + f"; capture failed, every step eager: {self.failed}"
         return note + (f"; {grown} of {len(self.buckets)} shapes grown, captured anew" if grown else "")
