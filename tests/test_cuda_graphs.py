@@ -179,3 +179,31 @@ def test_a_failed_capture_leaves_every_later_step_eager(shards, monkeypatch):
     steps.forward(steps.plan(batches[1]))
     assert steps.epoch_note() == ("cuda graphs: 0 batches replayed, 2 eager; capture failed, every step eager: "
                                   "operation not permitted when stream is capturing")
+
+
+def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards, monkeypatch):
+    from hlgt.train.bench import measure
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _graphed_without_graphs)
+    cfg = Config.from_flat({**TINY, "train.cuda_graphs": True, "model.beam_size": 1})
+    solver, vocab, rows = _solver_and_rows(shards)
+    r = measure(cfg, rows[:64], rows[64:72], vocab, torch.device("cpu"))
+    # The timed pass: every full batch replayed (shapes learned and captured before it), and
+    # no batch of 8 left short.
+    assert r["note"] == "cuda graphs: 7 batches replayed, 0 eager" and r["train_problems"] == 56
+    assert r["train_loss"] > 0
+
+
+def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path, monkeypatch):
+    # The whole loop (plan, move, replay, backward, Adam, epoch logs) with the graphs stood in.
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _graphed_without_graphs)
+    monkeypatch.setattr("hlgt.train.cuda_graphs.require_gpu", lambda device: None)
+    losses, logs = {}, []
+    for graphs in (False, True):
+        cfg = Config.from_flat({**TINY, "train.epochs": 3, "train.cuda_graphs": graphs})
+        result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(log=logs.append))
+        losses[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4)
+    notes = [m for m in logs if m.startswith("cuda graphs:")]
+    assert len(notes) == 3 and notes[0].startswith("cuda graphs: 0 batches replayed")
+    assert all(" 0 batches replayed" not in n for n in notes[1:])

@@ -30,8 +30,8 @@ take the most host and device time; on the CPU, the host time outside the CPU Bi
 graph and replays it N times: the replay's time is the floor a step without host work could
 reach (GPU only); with the GPU kernels per step of each and the kernels that take the most time.
 
-``--set train.cuda_graphs=true`` (GPU) times the step as training runs it then: one untimed pass
-learns the batches' shape, the first timed batch captures (``hlgt.train.cuda_graphs``).
+``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its third epoch:
+an untimed pass learns the batches' shapes, a second captures them (``hlgt.train.cuda_graphs``).
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -115,14 +115,18 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
 
     solver, opt, batches = _training(cfg, vocab, rows, device)
     plan, forward, note = solver.plan, solver, ""
-    if cfg.train.cuda_graphs:  # as training does: one eager pass learns the shape (untimed)
+    warm_up = _warm_up(cfg, batches)
+    if cfg.train.cuda_graphs:  # untimed, as training's first epochs: a pass learns the shapes, one captures
         steps = GraphedSteps(solver)
         plan, forward = steps.plan, steps.forward
         for batch in batches:
             _train_step(forward, opt, plan(batch).to(device))
         steps.epoch_note()
-    for batch in _warm_up(cfg, batches):  # with CUDA graphs: the capture
+        warm_up = batches
+    for batch in warm_up:
         _train_step(forward, opt, plan(batch).to(device))
+    if cfg.train.cuda_graphs:
+        steps.epoch_note()
     _sync(device)
     timed, start, syncs, losses = 0, time.perf_counter(), [], []
     for batch in batches[1:]:
@@ -418,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import load_rows, load_vocab, use_shards
-    from hlgt.train.cuda_graphs import CUDA_GRAPHS_NEED_A_GPU
+    from hlgt.train import cuda_graphs
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -507,8 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for arm in arms:
         arm_cfg = cfg.override({**ABLATIONS[arm], **overrides})
-        if arm_cfg.train.cuda_graphs and device.type != "cuda":
-            raise SystemExit(f"bench: {CUDA_GRAPHS_NEED_A_GPU}")
+        if arm_cfg.train.cuda_graphs:
+            try:
+                cuda_graphs.require_gpu(device)
+            except ValueError as e:
+                raise SystemExit(f"bench: {e}")
         results[arm] = measure(arm_cfg, rows, decode_rows, vocab, device, args.bf16)
         r = results[arm]
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "

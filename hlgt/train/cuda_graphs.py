@@ -28,7 +28,9 @@ from hlgt.data.collate import Batch, tensors_of, with_tensors
 from hlgt.model.solver import Shape, Solver
 
 
-CUDA_GRAPHS_NEED_A_GPU = "train.cuda_graphs captures CUDA graphs: it needs a GPU (--gpu)"
+def require_gpu(device: torch.device) -> None:
+    if device.type != "cuda":
+        raise ValueError("train.cuda_graphs captures CUDA graphs: it needs a GPU (--gpu)")
 
 
 class _AfterRecurrence(nn.Module):
@@ -97,7 +99,7 @@ class GraphedSteps:
         if batch.shape is None or self.failed:
             self.counts["eager"] += 1
             return self.solver(batch)
-        bucket = next(b for b in self.buckets.values() if b.shape is batch.shape)
+        bucket = next(b for b in self.buckets.values() if b.shape == batch.shape)  # Batch.to copies the shape
         states = self.solver.encoder.recurrence(batch)
         if bucket.graphed is None:
             try:

@@ -56,7 +56,7 @@ from hlgt.inference import predict
 from hlgt.model.solver import Solver
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
-from hlgt.train.cuda_graphs import CUDA_GRAPHS_NEED_A_GPU, GraphedSteps
+from hlgt.train import cuda_graphs
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -388,11 +388,10 @@ class Trainer:
             if self.cfg.model.encoder not in ("hlgt", "none"):
                 # The HGT and RGAT baselines' PyG layers are not checked on padded graphs.
                 raise ValueError("train.cuda_graphs runs the hlgt and none encoders only")
-            if self.rt.device.type != "cuda":
-                raise ValueError(CUDA_GRAPHS_NEED_A_GPU)
+            cuda_graphs.require_gpu(self.rt.device)
             if self.model is not self.solver:
                 raise ValueError("train.cuda_graphs trains in one process: data parallelism's wrapper would be bypassed")
-            self.steps = GraphedSteps(self.solver)
+            self.steps = cuda_graphs.GraphedSteps(self.solver)
         if self.rt.train_batches is None:
             self._train_rows = self._usable_train_rows()
             self.train_batches = self._shuffled_batches
