@@ -391,6 +391,17 @@ def kernel_profile(run, steps: int, device: torch.device) -> dict:
             "table": prof.key_averages().table(sort_by="self_device_time_total", row_limit=15)}
 
 
+def _arm_results(arms: list[str], measure_arm):
+    """``(arm, measure_arm(arm))`` for each arm, in order; a ``ValueError`` (too few batches for
+    the steps asked for, a setting the device cannot run) ends the command with its message."""
+    for arm in arms:
+        try:
+            result = measure_arm(arm)
+        except ValueError as e:
+            raise SystemExit(f"bench: {e}")
+        yield arm, result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
@@ -435,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(str(e))
     cfg = Config.from_flat({**base, **overrides})
+
+    def arm_cfg(arm: str) -> Config:  # the arm's settings under the command's own
+        return cfg.override({**ABLATIONS[arm], **overrides})
+
     shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
     vocab = load_vocab(shards)
     train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
@@ -453,11 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n| arm | aten ops / step | top-level | in the CPU BiGRUs | the rest (a GPU's share) | its top-level "
               "| of it launching a kernel | in the optimizer | host syncs / step | syncs by operator |"
               "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for arm in arms:
-            try:
-                r = profile_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, args.profile)
-            except ValueError as e:  # too few batches for the steps asked for
-                raise SystemExit(f"bench: {e}")
+        for arm, r in _arm_results(arms, lambda arm: profile_steps(arm_cfg(arm), rows, vocab, args.profile)):
             by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
             print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
                   f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
@@ -469,13 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay > 0:
         print(f"[bench] {args.dataset}: one batch's training step, eager and replayed as a CUDA graph, batch "
               f"{args.batch_size}, {args.replay} steps each, device {device}", flush=True)
-        for arm in arms:
+        def replayed(arm: str) -> dict:
             try:
-                r = replay_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, device, args.replay)
-            except ValueError as e:
-                raise SystemExit(f"bench: {e}")
+                return replay_steps(arm_cfg(arm), rows, vocab, device, args.replay)
             except RuntimeError as e:  # the step does what a capture forbids (a host sync, a CPU tensor read)
-                print(f"[bench] {arm}: capture failed: {str(e).splitlines()[0]}", flush=True)
+                return {"failed": str(e).splitlines()[0]}
+
+        for arm, r in _arm_results(arms, replayed):
+            if "failed" in r:
+                print(f"[bench] {arm}: capture failed: {r['failed']}", flush=True)
                 continue
             for side in ("eager", "replay"):
                 print(f"\n[bench] {arm}: {side} kernels by device time\n{r[side + '_kernels']['table']}", flush=True)
@@ -490,11 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.time_steps > 0:
         print(f"[bench] {args.dataset}: wall time per training step against the GPU's kernel time, batch "
               f"{args.batch_size}, {args.time_steps} steps after a warm-up, device {device}", flush=True)
-        for arm in arms:
-            try:
-                r = time_steps(cfg.override({**ABLATIONS[arm], **overrides}), rows, vocab, device, args.time_steps)
-            except ValueError as e:  # too few batches for the steps asked for
-                raise SystemExit(f"bench: {e}")
+        for arm, r in _arm_results(arms, lambda arm: time_steps(arm_cfg(arm), rows, vocab, device, args.time_steps)):
             for side, table in r["tables"].items():
                 print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
             gpu, gru = r["device_ms_per_step"], r["cpu_gru_ms_per_step"]
@@ -509,15 +518,14 @@ def main(argv: list[str] | None = None) -> int:
           f"embedding {args.embedding}, hidden {args.hidden}, beam {args.beam}, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
     results = {}
-    for arm in arms:
-        arm_cfg = cfg.override({**ABLATIONS[arm], **overrides})
-        if arm_cfg.train.cuda_graphs:
-            try:
-                cuda_graphs.require_gpu(device)
-            except ValueError as e:
-                raise SystemExit(f"bench: {e}")
-        results[arm] = measure(arm_cfg, rows, decode_rows, vocab, device, args.bf16)
-        r = results[arm]
+
+    def measured(arm: str) -> dict:
+        if arm_cfg(arm).train.cuda_graphs:
+            cuda_graphs.require_gpu(device)
+        return measure(arm_cfg(arm), rows, decode_rows, vocab, device, args.bf16)
+
+    for arm, r in _arm_results(arms, measured):
+        results[arm] = r
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
                f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""
         places = ", ".join(f"{k} {v:g}" for k, v in r["train_syncs_by_place"].items())
