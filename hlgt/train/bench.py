@@ -114,19 +114,15 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     from hlgt.train.cuda_graphs import GraphedSteps
 
     solver, opt, batches = _training(cfg, vocab, rows, device)
-    plan, forward, note = solver.plan, solver, ""
-    warm_up = _warm_up(cfg, batches)
-    if cfg.train.cuda_graphs:  # untimed, as training's first epochs: a pass learns the shapes, one captures
-        steps = GraphedSteps(solver)
-        plan, forward = steps.plan, steps.forward
-        for batch in batches:
+    steps = GraphedSteps(solver) if cfg.train.cuda_graphs else None
+    plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
+    # Untimed: _warm_up's batches; with CUDA graphs, as training's first two epochs, a pass that
+    # learns the shapes and one that captures them.
+    for warm_up in ([batches, batches] if steps is not None else [_warm_up(cfg, batches)]):
+        for batch in warm_up:
             _train_step(forward, opt, plan(batch).to(device))
-        steps.epoch_note()
-        warm_up = batches
-    for batch in warm_up:
-        _train_step(forward, opt, plan(batch).to(device))
-    if cfg.train.cuda_graphs:
-        steps.epoch_note()
+        if steps is not None:
+            steps.epoch_note()
     _sync(device)
     timed, start, syncs, losses = 0, time.perf_counter(), [], []
     for batch in batches[1:]:
@@ -135,8 +131,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
         timed += len(batch)
     _sync(device)
     train_s = time.perf_counter() - start
-    if cfg.train.cuda_graphs:
-        note = steps.epoch_note()
+    note = steps.epoch_note() if steps is not None else ""
 
     def decode(bf16_inference: bool) -> tuple[float, list[list[str]]]:
         predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph,

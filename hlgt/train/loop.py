@@ -54,9 +54,9 @@ from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
 from hlgt.inference import predict
 from hlgt.model.solver import Solver
+from hlgt.train import cuda_graphs
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
-from hlgt.train import cuda_graphs
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -392,6 +392,9 @@ class Trainer:
             if self.model is not self.solver:
                 raise ValueError("train.cuda_graphs trains in one process: data parallelism's wrapper would be bypassed")
             self.steps = cuda_graphs.GraphedSteps(self.solver)
+        # What a training step plans its batch with and runs it through.
+        self.plan, self.forward = ((self.steps.plan, self.steps.forward) if self.steps is not None
+                                   else (self.solver.plan, self.model))
         if self.rt.train_batches is None:
             self._train_rows = self._usable_train_rows()
             self.train_batches = self._shuffled_batches
@@ -441,9 +444,8 @@ class Trainer:
         self.model.train()
         stats = EpochStats(self.parts, self.rt.device)
         lr = self.opt.param_groups[0]["lr"]
-        plan = self.steps.plan if self.steps is not None else self.solver.plan
         for batch in self.train_batches(epoch):
-            self._step(plan(batch).to(self.rt.device), stats)
+            self._step(self.plan(batch).to(self.rt.device), stats)
         if self.steps is not None:
             self.log(self.steps.epoch_note())
         self.sched.step()
@@ -458,7 +460,7 @@ class Trainer:
         return _epoch_metrics(epoch, sums, lr, elapsed, stats), bool(sums[4] > 0)
 
     def _step(self, batch, stats: EpochStats) -> None:
-        out = self.steps.forward(batch) if self.steps is not None else self.model(batch)
+        out = self.forward(batch)
         self.opt.zero_grad(set_to_none=True)
         out["loss"].backward()
         # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
