@@ -1,9 +1,13 @@
 """Training steps replayed as CUDA graphs: the learned shape, the padded batches and the captured
 module on the CPU; capture and replay where a GPU is."""
+import copy
 import dataclasses
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from hlgt import config as C
 from hlgt.config import Config
@@ -81,13 +85,75 @@ def test_the_captured_module_computes_the_solvers_losses(shards, arm):
     assert module.scale_names == list(want["scales"])
 
 
+class _HostTensors(TorchDispatchMode):
+    """Records every operator that is handed a tensor not on the meta device."""
+
+    def __init__(self, seen: list[str]):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(isinstance(t, torch.Tensor) and t.device.type != "meta" for t in tree_flatten((args, kwargs))[0]):
+            self.seen.append(str(func))
+        return func(*args, **kwargs)
+
+
+class _HostData(TorchFunctionMode):
+    """Records every tensor made from host data (which on a GPU is a copy from the host)."""
+
+    FROM_DATA = (torch.tensor, torch.as_tensor, torch.asarray, torch.from_numpy)
+
+    def __init__(self, seen: list[str]):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.FROM_DATA:
+            self.seen.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("arm", [a for a, o in C.ABLATIONS.items() if o.get("model.encoder", "hlgt") in ("hlgt", "none")])
+def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
+    # What a capture forbids, or bakes in as the capture's values, a CPU can find on the meta
+    # device, whose tensors have shapes but no values: reading a value back (.item(), nonzero,
+    # a boolean mask) raises there, and a tensor made on the host (torch.tensor(list), a 0-dim CPU
+    # tensor) reaches an operator beside meta ones or is made from host data (a copy from the
+    # host, which a capture refuses). Forward and backward of every arm it captures.
+    solver, vocab, rows = _solver_and_rows(shards, **C.ABLATIONS[arm], **{"model.dropout": 0.5})
+    variant = Config.from_flat({**TINY, **C.ABLATIONS[arm]}).data.graph
+    batch = next(iter(iter_batches(rows, vocab, 8, variant=variant)))
+    padded = solver.plan(batch, solver.shape_of(solver.plan(batch)))
+    states = solver.encoder.recurrence(padded)
+    meta = torch.device("meta")
+    on_meta, batch_meta = copy.deepcopy(solver).to(meta), padded.to(meta)
+    states_meta = [s.detach().to(meta).requires_grad_(s.requires_grad) for s in states]
+    module = _AfterRecurrence(on_meta, batch_meta, len(states_meta))
+    host: list[str] = []
+    with _HostData(host), _HostTensors(host):
+        outs = module(*states_meta, *_graph_inputs(batch_meta))
+        outs[0].backward()
+    assert host == []
+    assert outs[0].device == meta and any(p.grad is not None for p in on_meta.decoder.parameters())
+
+
 def _graphed_without_graphs(module, sample_args, allow_unused_input=False):
     """``torch.cuda.make_graphed_callables``'s autograd plumbing without the graphs (which need a
     GPU): the module runs inside one autograd Function over the user arguments and the module's
-    parameters, its outputs detached, its backward by ``autograd.grad`` over both."""
+    parameters, its backward by ``autograd.grad`` over both. As a replayed graph does, every call
+    writes its outputs and gradients into the same tensors and returns views of them, so that
+    whoever keeps a step's output past the next step sees it overwritten."""
     params = tuple(p for p in module.parameters() if p.requires_grad)
     n_user, run = len(sample_args), module.forward
     module(*sample_args)  # the warm-up
+    static: dict[str, list] = {}
+
+    def into(name, tensors):
+        """The tensors copied into this name's buffers (made at the first call), as views."""
+        if name not in static:
+            static[name] = [None if t is None else torch.empty_like(t) for t in tensors]
+        return tuple(None if b is None else b.copy_(t).detach() for b, t in zip(static[name], tensors))
 
     class Graphed(torch.autograd.Function):
         @staticmethod
@@ -95,7 +161,7 @@ def _graphed_without_graphs(module, sample_args, allow_unused_input=False):
             with torch.enable_grad():
                 ctx.user = [u.detach().requires_grad_(u.requires_grad) for u in inputs[:n_user]]
                 ctx.outs = run(*ctx.user)
-            return tuple(o.detach() for o in ctx.outs)
+            return into("outputs", [o.detach() for o in ctx.outs])
 
         @staticmethod
         def backward(ctx, *grads):
@@ -103,7 +169,7 @@ def _graphed_without_graphs(module, sample_args, allow_unused_input=False):
             wrt = [u for u in ctx.user if u.requires_grad] + list(params)
             got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
                                            allow_unused=allow_unused_input))
-            return tuple(next(got) if u.requires_grad else None for u in ctx.user) + tuple(got)
+            return into("grads", [next(got) if u.requires_grad else None for u in ctx.user] + list(got))
 
     module.forward = lambda *args: Graphed.apply(*args, *params)
     return module
@@ -130,7 +196,8 @@ def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, monkeypatc
             opt.zero_grad(set_to_none=True)
             out["loss"].backward()
             opt.step()
-            losses[graphs].append(out["loss"].item())
+            losses[graphs].append(out["loss"].detach())  # read after the loop, as the bench does
+        losses[graphs] = [x.item() for x in losses[graphs]]
         if graphs:
             assert "6 batches replayed" in steps.epoch_note()
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)

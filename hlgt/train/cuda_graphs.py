@@ -109,7 +109,9 @@ class GraphedSteps:
                 self.counts["eager"] += 1
                 return self.solver.after_recurrence(batch, states)
         self.counts["replayed"] += 1
-        outs = bucket.graphed(*states, *_graph_inputs(batch))
+        # A replay writes its outputs into the tensors the capture made and returns views of them:
+        # copies, so that a step's losses outlive the next replay (the bench keeps them all).
+        outs = [o.clone() for o in bucket.graphed(*states, *_graph_inputs(batch))]
         names = bucket.graphed.scale_names
         return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": dict(zip(names, outs[3:]))}
 
