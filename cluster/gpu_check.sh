@@ -14,8 +14,8 @@
 #             the most of each (time_steps.txt)
 #   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
 #             without host work (replay.txt)
-#   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and the mean training loss of
-#             a pass with and without it at dropout 0, which should agree (graphs_check_*.txt)
+#   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and three epochs of `full` and
+#             `gts` trained with and without it at dropout 0, whose losses should agree (graphs_check.txt)
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
 #             and its step replayed as a CUDA graph (replay_compiled.txt)
 # A call cut short by its time limit keeps the logs of the steps before.
@@ -97,15 +97,16 @@ if step replay; then
   grep -E "replayed|capture failed|skipped" "$OUT/replay.txt" >&2
 fi
 if step graphs; then
-  echo "[gpu_check] speed with train.cuda_graphs=true; losses with and without it at dropout 0" >&2
+  echo "[gpu_check] speed with train.cuda_graphs=true; training with and without it at dropout 0" >&2
   if [ "$DEVICE" = cuda ]; then
     bench --set train.cuda_graphs=true > "$OUT/bench_graphs.txt" 2>&1 || status=1
     tail -4 "$OUT/bench_graphs.txt" >&2
-    for graphs in false true; do
-      bench --limit 960 --set model.dropout=0 --set "train.cuda_graphs=$graphs" > "$OUT/graphs_check_$graphs.txt" 2>&1 \
-        || status=1
-      grep "mean training loss" "$OUT/graphs_check_$graphs.txt" >&2
-    done
+    # The training loop itself, each arm with and without the graphs on the same problems: the
+    # first epoch runs eagerly in both, later ones should agree up to float rounding.
+    python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device cuda --limit 1920 --val-limit 64 \
+      --epochs 3 --ablation "full,full+train.cuda_graphs=true,gts,gts+train.cuda_graphs=true" --jobs 4 \
+      --set model.dropout=0 --set "train.batch_size=$BATCH" > "$OUT/graphs_check.txt" 2>&1 || status=1
+    grep -E "^\| [0-9]+ \||cuda graphs" "$OUT/graphs_check.txt" >&2
   else
     echo "graphs skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/bench_graphs.txt"
   fi

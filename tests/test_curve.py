@@ -47,3 +47,12 @@ def test_arms_are_checked_before_any_work():
         parse_arms("gts,gts")
     with pytest.raises(SystemExit, match="unknown config keys"):
         main([*TINY, "--arms", "full+model.nope=1"])  # --arms: the older name of --ablation
+
+
+def test_progress_shows_epochs_and_how_their_batches_ran(capsys):
+    from hlgt.train.curve import progress
+
+    for message in ("epoch 2/3 | loss 1.0", "cuda graphs: 30 batches replayed, 1 eager", "resuming from x"):
+        progress("full", message)
+    assert capsys.readouterr().out.splitlines() == ["[full] epoch 2/3 | loss 1.0",
+                                                    "[full] cuda graphs: 30 batches replayed, 1 eager"]

@@ -79,8 +79,9 @@ def arm_config(args: argparse.Namespace, curve: str, threads: int) -> Config:
 
 
 def progress(arm: str, message: str) -> None:
-    """The loop's per-epoch lines, tagged with the arm (its final tables are in the run folder)."""
-    if message.startswith("epoch "):
+    """The loop's per-epoch lines (and, with ``train.cuda_graphs``, how the epoch's batches ran),
+    tagged with the arm (its final tables are in the run folder)."""
+    if message.startswith(("epoch ", "cuda graphs:")):
         print(f"[{arm}] {message}", flush=True)
 
 
