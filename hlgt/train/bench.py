@@ -8,7 +8,8 @@ Both arms in the same process, on the same problems, with the same sizes (batch 
 (problems/s; the first batch is a warm-up, not timed), then one timed beam-``--beam`` decoding
 pass over the next ``--decode-limit`` training rows, problems the model has not trained on, as
 the GTS reference's own timing does (topped up from the validation split when the training split
-is too small) (problems/s). ``--bf16`` times a second decoding pass with ``model.bf16_inference``
+is too small) (problems/s). The timed pass's batches are collated before it, as the reference's
+are; the host's time to collate one, which training spends between steps, is printed beside it. ``--bf16`` times a second decoding pass with ``model.bf16_inference``
 and counts the problems whose prediction differs from float32's. Prints a table with each arm's
 ratio to GTS. A measurement, not a test.
 
@@ -114,6 +115,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     from hlgt.train.cuda_graphs import GraphedSteps
 
     solver, opt, batches = _training(cfg, vocab, rows, device)
+    collate_ms = _collate_ms(cfg, vocab, rows)
     steps = GraphedSteps(solver) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
     # Untimed: _warm_up's batches; with CUDA graphs, as training's first two epochs, a pass that
@@ -149,7 +151,8 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
               "train_syncs_per_step": len(syncs) / steps if device.type == "cuda" else None,
               "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters()),
-              "note": note, "train_loss": float(torch.stack(losses).mean()) if losses else float("nan")}
+              "note": note, "train_loss": float(torch.stack(losses).mean()) if losses else float("nan"),
+              "collate_ms_per_batch": collate_ms}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
         result["decode_bf16_problems_per_s"], low = decode(True)
@@ -173,6 +176,17 @@ def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tup
     batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                 variant=cfg.data.graph))
     return solver, opt, batches
+
+
+def _collate_ms(cfg: Config, vocab, rows: list[dict]) -> float:
+    """Host milliseconds to collate one batch of ``rows`` from its rows, as training does between
+    steps (the timed pass's batches are collated before it)."""
+    from hlgt.data.collate import iter_batches
+
+    start = time.perf_counter()
+    n = sum(1 for _ in iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+                                    variant=cfg.data.graph))
+    return 1000 * (time.perf_counter() - start) / max(n, 1)
 
 
 def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, steps: int, option: str) -> tuple:
@@ -529,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["note"]:
             print(f"[bench] {arm}: timed pass: {r['note']}", flush=True)
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
-              f"mean training loss {r['train_loss']:.4f}, "
+              f"mean training loss {r['train_loss']:.4f}, collating a batch {r['collate_ms_per_batch']:.1f} ms "
+              f"(host, not in the timed pass), "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     ref = results.get("gts")
     extra = " bf16 decode problems/s | bf16 predictions changed |" if args.bf16 else ""
