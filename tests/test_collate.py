@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hlgt.data.collate import collate, iter_batches
+from hlgt.data.collate import collate, encode, iter_batches, tensors_of
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, Graph, line_graph, select_variant
 from hlgt.data.numbers import Example, Quantity
 from hlgt.data.schema import rows_to_table, to_row
@@ -159,3 +159,14 @@ def test_a_batch_is_checked_once_in_collate_and_not_again(monkeypatch):
 
     cfg = Config.from_flat({"model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1})
     Solver(cfg.model, VOCAB).encoder(batch)
+
+
+@pytest.mark.parametrize("variant", sorted(GRAPH_VARIANTS))
+def test_rows_encoded_once_collate_as_the_rows_do(variant):
+    rows, _ = make_rows()  # with unknown words, an unrepresentable gold equation, a missing constant
+    vocab = VOCAB
+    want, got = collate(rows, vocab, variant), collate(encode(rows, vocab), vocab, variant)
+    assert got.ids == want.ids and got.answers == want.answers
+    assert all(torch.equal(a, b) for a, b in zip(tensors_of(got), tensors_of(want)))
+    shuffled = [b.ids for b in iter_batches(encode(rows, vocab), vocab, 3, shuffle=True, seed=4, variant=variant)]
+    assert shuffled == [b.ids for b in iter_batches(rows, vocab, 3, shuffle=True, seed=4, variant=variant)]

@@ -7,8 +7,10 @@ strings and mapped to ids here, so one shard set serves any vocabulary.
 
 Entry points: ``collate(rows, vocab, variant)`` for rows from ``hlgt.data.shards.load_rows``;
 ``iter_batches`` over in-memory rows, for the single-process loop and for each Ray Train worker's
-shard alike. All vectorised with numpy over the concatenated lists: no Python loop over nodes or
-edges.
+shard alike. Rows collated again and again (training's, every epoch) are ``encode``d once first:
+their words and gold prefixes looked up in the vocabulary and their lists made arrays, which is
+most of what collating a raw row costs. All vectorised with numpy over the concatenated arrays:
+no Python loop over nodes or edges.
 """
 from __future__ import annotations
 
@@ -187,18 +189,47 @@ def packed_to(tensors: list[torch.Tensor], device: torch.device) -> list[torch.T
     return [part.view(t.shape) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
+# The shard columns collate reads as they are, and their dtypes.
+ARRAY_COLUMNS = {"num_pos": np.int64, "num_values": np.float64, "node_pos": np.int64, "node_type": np.int64,
+                 "edge_src": np.int64, "edge_dst": np.int64, "edge_type": np.int64, "edge_part": np.int64,
+                 "line_src": np.int64, "line_dst": np.int64}
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A shard row as ``collate`` reads it, for one vocabulary: every list an array, the words and
+    the gold prefix as the vocabulary's ids (``encode``)."""
+
+    id: str
+    answer: float
+    words: np.ndarray  # [T] word ids, NUM at every quantity position
+    target: np.ndarray  # [S] decoder ids of the gold prefix; empty when it is missing or unrepresentable
+    arrays: dict[str, np.ndarray]  # ARRAY_COLUMNS, each one flat array
+
+
+def encode(rows: Sequence[Mapping[str, Any]], vocab: Vocab) -> list[Encoded]:
+    """Shard rows encoded for ``vocab`` (``Encoded``): collate them as the rows themselves, with
+    that vocabulary, without looking anything up again."""
+    num_id = vocab.word_id(NUM)
+    out = []
+    for r in rows:
+        words = np.fromiter((vocab.word_id(str(t)) for t in r["tokens"]), dtype=np.int64, count=len(r["tokens"]))
+        words[np.asarray(r["num_pos"], dtype=np.int64)] = num_id
+        out.append(Encoded(id=str(r["id"]), answer=float(r["answer"]), words=words,
+                           target=np.asarray(_target_ids(r["prefix"], vocab), dtype=np.int64),
+                           arrays={c: np.asarray(r[c], dtype=t).reshape(-1) for c, t in ARRAY_COLUMNS.items()}))
+    return out
+
+
 def _variant_parts(variant: str) -> np.ndarray:
     if variant not in GRAPH_VARIANTS:
         raise ValueError(f"unknown graph variant {variant!r}; choose from {sorted(GRAPH_VARIANTS)}")
     return np.array([GRAPH_PARTS.index(p) for p in GRAPH_VARIANTS[variant]], dtype=np.int64)
 
 
-def _concat(rows: Sequence[Mapping[str, Any]], column: str, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """All rows' lists of one column, concatenated, and each row's length."""
-    parts = [np.asarray(r[column], dtype=dtype).reshape(-1) for r in rows]
-    counts = np.array([len(p) for p in parts], dtype=np.int64)
-    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    return flat.astype(dtype, copy=False), counts
+def _concat(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows' arrays of one column (at least one), concatenated, and each row's length."""
+    return np.concatenate(parts), np.array([len(p) for p in parts], dtype=np.int64)
 
 
 def _pad(flat: np.ndarray, counts: np.ndarray, width: int, fill=0) -> np.ndarray:
@@ -232,7 +263,7 @@ def collate(
     variant: str = "srl",
     max_quantities: int | None = None,
 ) -> Batch:
-    """Shard rows (``hlgt.data.schema`` columns) → one ``Batch``.
+    """Shard rows (``hlgt.data.schema`` columns), or rows ``encode``d for ``vocab``, → one ``Batch``.
 
     ``variant`` keeps the edges of that graph variant's parts (``GRAPH_VARIANTS``); nodes are kept
     as they are and the line graph is restricted to the kept edges (exact for a non-backtracking
@@ -243,35 +274,26 @@ def collate(
     if len(rows) == 0:
         raise ValueError("collate needs at least one row")
     parts = _variant_parts(variant)
+    rows = [r if isinstance(r, Encoded) else encode([r], vocab)[0] for r in rows]
     b = len(rows)
-    num_id = vocab.word_id(NUM)
+    column = {c: _concat([r.arrays[c] for r in rows]) for c in ARRAY_COLUMNS}  # (flat, counts)
 
-    # Text: word ids, NUM at every quantity position.
-    word_ids = []
-    for r in rows:
-        ids = np.fromiter((vocab.word_id(str(t)) for t in r["tokens"]), dtype=np.int64, count=len(r["tokens"]))
-        ids[np.asarray(r["num_pos"], dtype=np.int64)] = num_id
-        word_ids.append(ids)
-    lengths = np.array([len(w) for w in word_ids], dtype=np.int64)
-    tokens = _pad(np.concatenate(word_ids), lengths, max(int(lengths.max()), 1))
+    # Text.
+    words, lengths = _concat([r.words for r in rows])
+    tokens = _pad(words, lengths, max(int(lengths.max()), 1))
 
     # Quantities.
-    num_pos, q_counts = _concat(rows, "num_pos", np.int64)
-    num_values, _ = _concat(rows, "num_values", np.float64)
+    (num_pos, q_counts), (num_values, _) = column["num_pos"], column["num_values"]
     q = int(q_counts.max()) if max_quantities is None else max_quantities
     if q_counts.max() > q:
         raise ValueError(f"a problem has {int(q_counts.max())} quantities, more than max_quantities={q}")
     num_mask = np.arange(q)[None, :] < q_counts[:, None]
 
     # Graph: concatenate with node offsets, then keep the variant's edges and renumber them.
-    node_pos, n_counts = _concat(rows, "node_pos", np.int64)
-    node_type, _ = _concat(rows, "node_type", np.int64)
-    edge_src, e_counts = _concat(rows, "edge_src", np.int64)
-    edge_dst, _ = _concat(rows, "edge_dst", np.int64)
-    edge_type, _ = _concat(rows, "edge_type", np.int64)
-    edge_part, _ = _concat(rows, "edge_part", np.int64)
-    line_src, l_counts = _concat(rows, "line_src", np.int64)
-    line_dst, _ = _concat(rows, "line_dst", np.int64)
+    (node_pos, n_counts), (node_type, _) = column["node_pos"], column["node_type"]
+    (edge_src, e_counts), (edge_dst, _) = column["edge_src"], column["edge_dst"]
+    (edge_type, _), (edge_part, _) = column["edge_type"], column["edge_part"]
+    (line_src, l_counts), (line_dst, _) = column["line_src"], column["line_dst"]
     node_shift = np.repeat(_offsets(n_counts), e_counts)  # [E] offset of each edge's problem
     edge_shift = np.repeat(_offsets(e_counts), l_counts)  # [L]
     edge_src, edge_dst = edge_src + node_shift, edge_dst + node_shift
@@ -281,12 +303,11 @@ def collate(
     keep_line = keep[line_src] & keep[line_dst]  # [L]
 
     # Targets.
-    targets = [np.asarray(_target_ids(r["prefix"], vocab), dtype=np.int64) for r in rows]
-    t_counts = np.array([len(t) for t in targets], dtype=np.int64)
+    targets, t_counts = _concat([r.target for r in rows])
     s = max(int(t_counts.max()), 1)
 
     batch = Batch(
-        ids=[str(r["id"]) for r in rows],
+        ids=[r.id for r in rows],
         tokens=torch.from_numpy(tokens),
         lengths=torch.from_numpy(lengths),
         num_pos=torch.from_numpy(_pad(num_pos, q_counts, q)),
@@ -298,9 +319,9 @@ def collate(
         edge_index=torch.from_numpy(np.stack([edge_src[keep], edge_dst[keep]])),
         edge_type=torch.from_numpy(edge_type[keep]),
         line_index=torch.from_numpy(np.stack([new_edge_id[line_src[keep_line]], new_edge_id[line_dst[keep_line]]])),
-        target=torch.from_numpy(_pad(np.concatenate(targets), t_counts, s)),
+        target=torch.from_numpy(_pad(targets, t_counts, s)),
         target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
-        answers=[float(r["answer"]) for r in rows],
+        answers=[r.answer for r in rows],
     )
     batch.check()
     batch.checked = True

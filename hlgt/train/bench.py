@@ -163,7 +163,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
 def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tuple:
     """``(solver, optimizer, batches)`` as training builds them (``train.compile``:
     ``Solver.compile_parts``), the model on ``device`` in training mode."""
-    from hlgt.data.collate import iter_batches
+    from hlgt.data.collate import encode, iter_batches
     from hlgt.model.solver import Solver
     from hlgt.train.loop import make_optimizer
 
@@ -173,18 +173,19 @@ def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tup
         solver.compile_parts()
     opt, _ = make_optimizer(cfg, solver)
     solver.train()
-    batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
-                                variant=cfg.data.graph))
+    batches = list(iter_batches(encode(rows, vocab), vocab, cfg.train.batch_size, shuffle=True,
+                                seed=cfg.train.seed, variant=cfg.data.graph))
     return solver, opt, batches
 
 
 def _collate_ms(cfg: Config, vocab, rows: list[dict]) -> float:
-    """Host milliseconds to collate one batch of ``rows`` from its rows, as training does between
-    steps (the timed pass's batches are collated before it)."""
-    from hlgt.data.collate import iter_batches
+    """Host milliseconds to collate one batch of ``rows``, encoded once before, as training does
+    between steps (the timed pass's batches are collated before it)."""
+    from hlgt.data.collate import encode, iter_batches
 
+    encoded = encode(rows, vocab)
     start = time.perf_counter()
-    n = sum(1 for _ in iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+    n = sum(1 for _ in iter_batches(encoded, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                     variant=cfg.data.graph))
     return 1000 * (time.perf_counter() - start) / max(n, 1)
 

@@ -89,7 +89,7 @@ def worker_loop(config: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from hlgt.data.collate import iter_batches
+    from hlgt.data.collate import encode, iter_batches
     from hlgt.data.vocab import Vocab
 
     cfg = Config.from_flat(config["cfg"])
@@ -97,7 +97,7 @@ def worker_loop(config: dict) -> dict:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
     vocab = Vocab.from_dict(config["vocab"])
-    shard_rows: list[dict] = []
+    shard_rows: list = []  # encoded for the vocabulary once, collated every epoch
 
     def read_rows(split: str) -> list[dict]:
         """This worker's Ray Data shard of ``split`` (the whole split when it is not split)."""
@@ -110,7 +110,7 @@ def worker_loop(config: dict) -> dict:
         # the read pipeline every epoch cost seconds of each worker's CPU per epoch, and a full
         # shuffle of the shard per epoch beats a local shuffle buffer.
         if not shard_rows:
-            shard_rows.extend(read_rows("train"))
+            shard_rows.extend(encode(read_rows("train"), vocab))
         return iter_batches(shard_rows, vocab, cfg.train.batch_size, shuffle=True,
                             seed=cfg.train.seed * 100_003 + epoch, variant=cfg.data.graph)
 

@@ -49,7 +49,7 @@ from torch import nn
 
 from hlgt import config as C
 from hlgt.config import Config
-from hlgt.data.collate import iter_batches
+from hlgt.data.collate import encode, iter_batches
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
 from hlgt.inference import predict
@@ -396,7 +396,7 @@ class Trainer:
         self.plan, self.forward = ((self.steps.plan, self.steps.forward) if self.steps is not None
                                    else (self.solver.plan, self.model))
         if self.rt.train_batches is None:
-            self._train_rows = self._usable_train_rows()
+            self._train_rows = encode(self._usable_train_rows(), self.vocab)  # collated every epoch
             self.train_batches = self._shuffled_batches
         else:
             self.train_batches = self.rt.train_batches
