@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.model.tree_decoder import TreeDecoder, tree_plan
+from hlgt.model.tree_decoder import IGNORE, TreeDecoder, TreeSizes, tree_plan
 
 N_OPS = 5
 
@@ -172,6 +172,35 @@ def test_batched_equals_separate():
         assert torch.allclose(per_problem[b], alone.logits.log_softmax(-1).gather(1, alone.gold[:, None]).sum().neg())
         rows = out.batch_index == b
         assert sorted(out.position[rows].tolist()) == list(range(len(targets[b])))
+
+
+def test_a_padded_plan_gives_each_real_row_its_logits_and_position():
+    # Targets padded to more tokens, each level's parts to more rows: the real rows keep their
+    # logits, problems and target positions; the padding rows carry the ignored gold.
+    dec = decoder(C=2)
+    inputs, _, _, _ = make_batch(3, B=4, H=16, n_consts=2)
+    out = dec(**inputs)
+    S = inputs["target"].size(1)
+    wide = {**inputs, "target": F.pad(inputs["target"], (0, 3)), "target_mask": F.pad(inputs["target_mask"], (0, 3))}
+    sizes = tree_plan(inputs["target"], inputs["target_mask"], N_OPS).sizes()
+    def more(n: int) -> int:  # a part no batch has (the deepest level's operators) stays empty
+        return n + 2 if n else 0
+
+    room = TreeSizes(tuple((more(a), more(b)) for a, b in sizes.goals), tuple(map(more, sizes.ops)),
+                     tuple((more(a), more(b)) for a, b in sizes.subs))
+    plan = tree_plan(inputs["target"], inputs["target_mask"], N_OPS).padded(room, N_OPS, (S, S + 3))
+    padded = dec(**wide, plan=plan)
+    real = padded.gold != IGNORE
+    assert int(real.sum()) == len(out.gold) < len(padded.gold)
+
+    def by_place(o, rows):
+        keys = (o.batch_index[rows] * 100 + o.position[rows]).tolist()
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        return [keys[i] for i in order], o.logits[rows][order], o.gold[rows][order]
+
+    want, got = by_place(out, slice(None)), by_place(padded, real)
+    assert got[0] == want[0] and torch.equal(got[2], want[2])
+    torch.testing.assert_close(got[1], want[1])
 
 
 def test_dropout_is_active_in_training_only():

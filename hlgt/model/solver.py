@@ -161,15 +161,23 @@ class Solver(nn.Module):
         shapes for every batch padded alike (what a step captured as a CUDA graph needs), with
         the same losses and gradients as the unpadded batch."""
         self._check_targets(batch)
-        if shape is not None:
-            if len(batch) != shape.problems:
-                raise ValueError(f"a batch of {len(batch)} problems cannot be padded to {shape.problems}")
-            batch = batch.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,
-                                 shape.line_edges)
-        plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
-        batch.tree_plan = plan if shape is None else plan.padded(shape.tree, self.decoder.n_ops)
+        batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
+        batch.shape = None
+        batch.graph_layout = self.encoder.graph_layout(batch)
+        batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
+        return batch if shape is None else self.padded(batch, shape)
+
+    def padded(self, planned: Batch, shape: Shape) -> Batch:
+        """A batch planned without a shape (``plan``), padded to one: its tree plan is padded, not
+        made again (``plan(batch, shape)``)."""
+        if len(planned) != shape.problems:
+            raise ValueError(f"a batch of {len(planned)} problems cannot be padded to {shape.problems}")
+        batch = planned.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,
+                               shape.line_edges)
+        batch.tree_plan = planned.tree_plan.padded(shape.tree, self.decoder.n_ops,
+                                                   (planned.target.size(1), shape.targets))
         batch.shape = shape
-        batch.graph_layout = self.encoder.graph_layout(batch, shape.groups if shape is not None else None)
+        batch.graph_layout = self.encoder.graph_layout(batch, shape.groups)
         batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
         return batch
 

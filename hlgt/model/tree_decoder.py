@@ -142,13 +142,14 @@ class TreePlan:
                      zip(self.sub_starts, self.sub_starts[1:], self.sub_n_leaf))
         return TreeSizes(goals, ops, subs)
 
-    def padded(self, to: TreeSizes, n_ops: int) -> TreePlan:
+    def padded(self, to: TreeSizes, n_ops: int, widths: tuple[int, int]) -> TreePlan:
         """This plan with every part of every level grown to ``to``'s rows (each at least this
         plan's, ``TreeSizes.covering``), so that the decoder's loop runs the same operators on the
-        same shapes for every plan padded alike. A padding row computes from row 0 of what it
-        reads (or the first candidate, for a leaf) and its gold is -100, the loss's ignore index:
-        no real row reads it and the loss leaves it out, so the real rows' logits and the loss
-        are the unpadded plan's."""
+        same shapes for every plan padded alike, for the batch's targets padded from ``widths[0]``
+        to ``widths[1]`` tokens (``goal_node`` counts b*S+t). A padding row computes from row 0 of
+        what it reads (or the first candidate, for a leaf) and its gold is -100, the loss's ignore
+        index: no real row reads it and the loss leaves it out, so the real rows' logits and the
+        loss are the unpadded plan's."""
         have = self.sizes()
         if not have.fits(to):
             raise ValueError(f"tree sizes {have} do not fit {to}")
@@ -205,7 +206,7 @@ class TreePlan:
             goal_op_starts=starts(ops_want),
             sub_starts=starts(to.subs),
             sub_n_leaf=[a for a, _ in to.subs],
-            goal_node=goal(self.goal_node, 0),
+            goal_node=goal(self.goal_node // widths[0] * widths[1] + self.goal_node % widths[0], 0),
             goal_batch=goal(self.goal_batch, 0),
             goal_gold=goal(self.goal_gold, IGNORE),
             goal_parent_row=goal(self.goal_parent_row, 0),

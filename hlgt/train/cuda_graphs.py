@@ -90,7 +90,7 @@ class GraphedSteps:
         own = self.solver.shape_of(planned)
         bucket.seen = own if bucket.seen is None else bucket.seen.covering(own)
         if bucket.shape is not None and own.fits(bucket.shape):
-            return self.solver.plan(batch, bucket.shape)
+            return self.solver.padded(planned, bucket.shape)
         return planned
 
     def forward(self, batch: Batch) -> dict[str, Tensor]:
