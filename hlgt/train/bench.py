@@ -9,7 +9,8 @@ Both arms in the same process, on the same problems, with the same sizes (batch 
 pass over the next ``--decode-limit`` training rows, problems the model has not trained on, as
 the GTS reference's own timing does (topped up from the validation split when the training split
 is too small) (problems/s). The timed pass's batches are collated before it, as the reference's
-are; the host's time to collate one, which training spends between steps, is printed beside it. ``--bf16`` times a second decoding pass with ``model.bf16_inference``
+are; the host's time to collate one, which training spends between steps, is printed beside it,
+with its time to plan one (``Solver.plan``, with CUDA graphs also padded), a part of each step. ``--bf16`` times a second decoding pass with ``model.bf16_inference``
 and counts the problems whose prediction differs from float32's. Prints a table with each arm's
 ratio to GTS. A measurement, not a test.
 
@@ -134,6 +135,10 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     _sync(device)
     train_s = time.perf_counter() - start
     note = steps.epoch_note() if steps is not None else ""
+    start = time.perf_counter()
+    for batch in batches[1:]:
+        plan(batch)
+    plan_ms = 1000 * (time.perf_counter() - start) / max(len(batches) - 1, 1)
 
     def decode(bf16_inference: bool) -> tuple[float, list[list[str]]]:
         predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph,
@@ -152,7 +157,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
               "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters()),
               "note": note, "train_loss": float(torch.stack(losses).mean()) if losses else float("nan"),
-              "collate_ms_per_batch": collate_ms}
+              "collate_ms_per_batch": collate_ms, "plan_ms_per_batch": plan_ms}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
         result["decode_bf16_problems_per_s"], low = decode(True)
@@ -544,8 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["note"]:
             print(f"[bench] {arm}: timed pass: {r['note']}", flush=True)
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
-              f"mean training loss {r['train_loss']:.4f}, collating a batch {r['collate_ms_per_batch']:.1f} ms "
-              f"(host, not in the timed pass), "
+              f"mean training loss {r['train_loss']:.4f}, host per batch: collating {r['collate_ms_per_batch']:.1f} ms "
+              f"(not in the timed pass), planning {r['plan_ms_per_batch']:.1f} ms (in it), "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     ref = results.get("gts")
     extra = " bf16 decode problems/s | bf16 predictions changed |" if args.bf16 else ""
