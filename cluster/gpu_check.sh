@@ -6,7 +6,8 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
-# STEPS (default "probe curves speed profile replay graphs compiled"), in this order, each one's log under $OUT:
+# STEPS (default "probe curves speed profile replay graphs compiled"; `schedule` only when named), in this
+# order, each one's log under $OUT:
 #   probe     the sweep's GPU memory probe: trials per GPU (trials_per_gpu.txt)
 #   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
 #   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first (bench*.txt)
@@ -18,13 +19,18 @@
 #             `gts` trained with and without it at dropout 0, whose losses should agree (graphs_check.txt)
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
 #             and its step replayed as a CUDA graph (replay_compiled.txt)
+#   schedule  the paper's whole schedule (`python -m hlgt.train`: every training problem, the dataset's
+#             epochs, validation every EVAL_EVERY epochs, the best model tested), `full` and `gts` side by
+#             side, train.cuda_graphs=GRAPHS, each stopped after the epoch that crosses SCHEDULE_MINUTES
+#             (schedule_<arm>.log, its results schedule_<arm>.json)
 # A call cut short by its time limit keeps the logs of the steps before.
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
 # BATCH (64, the paper's), BEFORE (a folder holding an older commit's `hlgt` package, made with
 # `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
-# card in the same call), PROFILE_STEPS (10). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
+# card in the same call), PROFILE_STEPS (10), SCHEDULE_MINUTES (8), EVAL_EVERY (5), GRAPHS (true on a
+# GPU, else false), RUNS (the schedule's run folders, /tmp/hlgt-gpu-runs). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
 # runs the steps on the CPU in a minute (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
@@ -36,6 +42,10 @@ LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 PROFILE_STEPS=${PROFILE_STEPS:-10}
 STEPS=${STEPS:-probe curves speed profile replay graphs compiled}
+SCHEDULE_MINUTES=${SCHEDULE_MINUTES:-8}
+EVAL_EVERY=${EVAL_EVERY:-5}
+GRAPHS=${GRAPHS:-$([ "$DEVICE" = cuda ] && echo true || echo false)}
+RUNS=${RUNS:-/tmp/hlgt-gpu-runs}  # model folders stay on the machine; logs and results go to $OUT
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
@@ -119,5 +129,22 @@ if step compiled; then
     bench --replay "$PROFILE_STEPS" --set train.compile=true > "$OUT/replay_compiled.txt" 2>&1 || status=1
     grep -E "replayed|capture failed" "$OUT/replay_compiled.txt" >&2
   fi
+fi
+if step schedule; then
+  echo "[gpu_check] the whole schedule: full and gts side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each" >&2
+  gpu=(); [ "$DEVICE" = cuda ] && gpu=(--gpu)
+  pids=()
+  for arm in full gts; do
+    python -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --no-ray "${gpu[@]}" --no-wandb --fresh --ablation "$arm" \
+      --name "schedule-$arm" --set "train.out_dir=$RUNS" --set "train.batch_size=$BATCH" \
+      --set "train.cuda_graphs=$GRAPHS" --set "train.eval_every=$EVAL_EVERY" --set "train.max_minutes=$SCHEDULE_MINUTES" \
+      > "$OUT/schedule_$arm.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  for arm in full gts; do
+    cp "$RUNS/schedule-$arm/results.json" "$OUT/schedule_$arm.json" 2> /dev/null || status=1
+    grep -E "^epoch|cuda graphs|max_minutes|\[train\] done" "$OUT/schedule_$arm.log" | tail -4 >&2
+  done
 fi
 exit $status

@@ -1,6 +1,7 @@
 """The cluster files pass Ray's own launcher validation; the job helper runs jobs on a local Ray."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -177,8 +178,8 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     shutil.copytree(ROOT / "hlgt", tmp_path / "before" / "hlgt")
     env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", MINUTES="0.2", LIMIT="64",
                BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"),
-               PROFILE_STEPS="2",
-               STEPS="probe curves speed profile replay graphs")  # compiling takes minutes on a CPU; tests/test_solver.py compiles
+               PROFILE_STEPS="2", SCHEDULE_MINUTES="0.05", RUNS=str(tmp_path / "runs"),
+               STEPS="probe curves speed profile replay graphs schedule")  # compiling takes minutes on a CPU; tests/test_solver.py compiles
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
@@ -191,6 +192,8 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     assert "replay skipped" in (tmp_path / "out" / "replay.txt").read_text()  # a CUDA graph needs a GPU
     assert "graphs skipped" in (tmp_path / "out" / "bench_graphs.txt").read_text()
     assert not (tmp_path / "out" / "bench_compiled.txt").exists()  # a step not asked for does not run
+    for arm in ("full", "gts"):  # stopped by its time budget after epoch 1, its best model tested
+        assert "test/value_acc" in json.loads((tmp_path / "out" / f"schedule_{arm}.json").read_text())
 
 
 def _fake_wheel(folder: Path, name: str, files: dict[str, bytes]) -> Path:
