@@ -111,8 +111,8 @@ if step graphs; then
   if [ "$DEVICE" = cuda ]; then
     bench --set train.cuda_graphs=true > "$OUT/bench_graphs.txt" 2>&1 || status=1
     tail -4 "$OUT/bench_graphs.txt" >&2
-    # The training loop itself, each arm with and without the graphs on the same problems: the
-    # first epoch runs eagerly in both, later ones should agree up to float rounding.
+    # The training loop itself, each arm with and without the graphs on the same problems: every
+    # epoch's losses should agree up to float rounding.
     python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device cuda --limit 1920 --val-limit 64 \
       --epochs 3 --ablation "full,full+train.cuda_graphs=true,gts,gts+train.cuda_graphs=true" --jobs 4 \
       --set model.dropout=0 --set "train.batch_size=$BATCH" > "$OUT/graphs_check.txt" 2>&1 || status=1

@@ -39,15 +39,17 @@ def _solver_and_rows(shards, **flat):
     return Solver(cfg.model, vocab), vocab, [r for r in load_rows(shards, "train") if r["prefix"] is not None]
 
 
-def test_the_first_epoch_learns_the_shapes_and_later_ones_pad_to_them(shards):
+def test_shapes_learned_from_the_first_epochs_plans_pad_it_and_later_ones(shards):
     solver, vocab, rows = _solver_and_rows(shards)
     steps = GraphedSteps(solver)
     epochs = [list(iter_batches(rows, vocab, 8, shuffle=True, seed=e)) for e in (1, 2)]
-    first = [steps.plan(b) for b in epochs[0]]
-    assert all(b.shape is None for b in first)  # the first epoch runs eagerly
-    assert "shapes grown" in steps.epoch_note() and steps.buckets  # one shape per depth bucket seen
+    note = steps.learn(epochs[0])
+    assert steps.buckets and note == f"cuda graphs: {len(steps.buckets)} shapes learned for the batches' depths"
     shapes = [b.shape for b in steps.buckets.values()]
     assert all(s is not None and s.problems == 8 for s in shapes)
+    first = [steps.plan(b) for b in epochs[0]]
+    assert all(b.shape is not None for b in first if len(b) == 8)  # every full batch of it replays
+    assert "grown" not in steps.epoch_note()
     second = [steps.plan(b) for b in epochs[1]]
     full = [b for b in second if len(b) == 8]
     assert all(b.shape is None or any(b.shape is s for s in shapes) for b in full)
@@ -60,9 +62,7 @@ def test_the_first_epoch_learns_the_shapes_and_later_ones_pad_to_them(shards):
 def test_a_shape_its_batches_outgrew_grows_at_the_epochs_end(shards):
     solver, vocab, rows = _solver_and_rows(shards)
     steps = GraphedSteps(solver)
-    for b in iter_batches(rows, vocab, 8):
-        steps.plan(b)
-    steps.epoch_note()
+    steps.learn(iter_batches(rows, vocab, 8))
     bucket = next(iter(steps.buckets.values()))
     too_small = dataclasses.replace(bucket.seen, tokens=bucket.seen.tokens - 1)
     bucket.shape = too_small  # as if the epoch's batches had been larger than the shape learned
@@ -187,9 +187,7 @@ def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, monkeypatc
         steps = GraphedSteps(solver)
         batches = list(iter_batches(rows, vocab, 8))
         if graphs:
-            for b in batches:
-                steps.plan(b)
-            steps.epoch_note()
+            steps.learn(batches)
         losses[graphs] = []
         for b in batches[:6]:
             out = steps.forward(steps.plan(b)) if graphs else solver(solver.plan(b))
@@ -235,9 +233,7 @@ def test_a_failed_capture_leaves_every_later_step_eager(shards, monkeypatch):
     solver, vocab, rows = _solver_and_rows(shards)
     steps = GraphedSteps(solver)
     batches = list(iter_batches(rows, vocab, 8))
-    for b in batches:
-        steps.plan(b)
-    steps.epoch_note()
+    steps.learn(batches)
     padded = steps.plan(batches[0])
     assert padded.shape is not None
     out = steps.forward(padded)
@@ -272,5 +268,9 @@ def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path, m
         losses[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
     notes = [m for m in logs if m.startswith("cuda graphs:")]
-    assert len(notes) == 3 and notes[0].startswith("cuda graphs: 0 batches replayed")
-    assert all(" 0 batches replayed" not in n for n in notes[1:])
+    assert len(notes) == 1 + 3 and "shapes learned" in notes[0]
+    # From the first epoch on, every full batch replays; the short last batch runs eagerly.
+    _, _, rows = _solver_and_rows(shards)
+    full, short = divmod(len(rows), 8)
+    assert notes[1].startswith(f"cuda graphs: {full} batches replayed, {int(short > 0)} eager")
+    assert all(" 0 batches replayed" not in n for n in notes[2:])

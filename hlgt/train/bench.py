@@ -32,8 +32,9 @@ take the most host and device time; on the CPU, the host time outside the CPU Bi
 graph and replays it N times: the replay's time is the floor a step without host work could
 reach (GPU only); with the GPU kernels per step of each and the kernels that take the most time.
 
-``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its third epoch:
-an untimed pass learns the batches' shapes, a second captures them (``hlgt.train.cuda_graphs``).
+``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its second epoch:
+the batches' shapes learned from their plans, an untimed pass captures them
+(``hlgt.train.cuda_graphs``).
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -119,13 +120,14 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     collate_ms = _collate_ms(cfg, vocab, rows)
     steps = GraphedSteps(solver) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
-    # Untimed: _warm_up's batches; with CUDA graphs, as training's first two epochs, a pass that
-    # learns the shapes and one that captures them.
-    for warm_up in ([batches, batches] if steps is not None else [_warm_up(cfg, batches)]):
-        for batch in warm_up:
-            _train_step(forward, opt, plan(batch).to(device))
-        if steps is not None:
-            steps.epoch_note()
+    # Untimed: _warm_up's batches; with CUDA graphs, as training does, the shapes learned from
+    # the batches, then a pass that captures them.
+    if steps is not None:
+        steps.learn(batches)
+    for batch in (batches if steps is not None else _warm_up(cfg, batches)):
+        _train_step(forward, opt, plan(batch).to(device))
+    if steps is not None:
+        steps.epoch_note()
     _sync(device)
     timed, start, syncs, losses = 0, time.perf_counter(), [], []
     for batch in batches[1:]:

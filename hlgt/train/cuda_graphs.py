@@ -8,17 +8,19 @@ after the encoder's BiGRUs, so that part, forward and backward, is captured once
 and the BiGRUs, which run over each batch's own lengths, stay eager (cuDNN: a few launches each),
 as do the gradient bookkeeping and Adam.
 
-The shapes are learned, not configured, one per bucket of tree depths (``DEPTHS``): the first
-epoch runs eagerly and records the sizes of its full batches (``Solver.shape_of``); from the next
-epoch on, a batch that fits its bucket's covering shape (with room: ``Shape.rounded``) is padded to
-it and replayed; one that does not (a larger batch of another shuffle, the short last batch, a
-tree deeper than the buckets) runs eagerly, and its bucket's shape grows at the epoch's end and is
-captured anew. A capture that fails (the step does something a capture forbids) leaves every
-later step eager, with the reason. ``epoch_note`` says how many batches ran which way.
+The shapes are learned, not configured, one per bucket of tree depths (``DEPTHS``): before the
+first epoch, its batches are planned (no step runs) and each bucket gets a shape covering the sizes
+of its full batches (``Solver.shape_of``) with room (``Shape.rounded``: ``learn``). A batch that
+fits its bucket's shape is padded to it and replayed; one that does not (a larger batch of another
+shuffle, the short last batch, a tree deeper than the buckets) runs eagerly, and its bucket's shape
+grows at the epoch's end and is captured anew. A capture that fails (the step does something a
+capture forbids) leaves every later step eager, with the reason. ``epoch_note`` says how many
+batches ran which way.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +81,13 @@ class GraphedSteps:
         self.counts = {"replayed": 0, "eager": 0}
         self.failed: str | None = None  # why a capture failed: every later step runs eagerly
 
+    def learn(self, batches: Iterable[Batch]) -> str:
+        """Shapes for the buckets from the batches of the coming epoch, planned only: that epoch
+        pads and replays from its first batch. Says how many shapes it learned."""
+        for batch in batches:
+            self.plan(batch)
+        return f"cuda graphs: {self._grow()} shapes learned for the batches' depths"
+
     def plan(self, batch: Batch) -> Batch:
         """The batch planned, padded to its bucket's shape when it fits (its sizes recorded)."""
         planned = self.solver.plan(batch)
@@ -122,12 +131,9 @@ class GraphedSteps:
         args = tuple(s.detach().requires_grad_(s.requires_grad) for s in states) + tuple(_graph_inputs(batch))
         return torch.cuda.make_graphed_callables(module, args, allow_unused_input=True)
 
-    def epoch_note(self) -> str:
-        """How this epoch's batches ran. At the end of an epoch, a bucket whose batches outgrew
-        its shape (or had none) gets one covering them, with room (``Shape.rounded``), captured
-        anew at its next batch."""
-        replayed, eager = self.counts["replayed"], self.counts["eager"]
-        self.counts = {"replayed": 0, "eager": 0}
+    def _grow(self) -> int:
+        """Each bucket whose batches outgrew its shape (or had none) gets one covering them, with
+        room (``Shape.rounded``), captured anew at its next batch. -> how many grew."""
         grown = 0
         for bucket in self.buckets.values():
             if bucket.shape is None or not bucket.seen.fits(bucket.shape):
@@ -135,6 +141,13 @@ class GraphedSteps:
                 bucket.shape = room if bucket.shape is None else bucket.shape.covering(room)
                 bucket.graphed = None
                 grown += 1
+        return grown
+
+    def epoch_note(self) -> str:
+        """How this epoch's batches ran; at its end, the shapes its batches outgrew grow."""
+        replayed, eager = self.counts["replayed"], self.counts["eager"]
+        self.counts = {"replayed": 0, "eager": 0}
+        grown = self._grow()
         note = f"cuda graphs: {replayed} batches replayed, {eager} eager"
         if self.failed:
             return note + f"; capture failed, every step eager: {self.failed}"

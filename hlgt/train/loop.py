@@ -400,6 +400,8 @@ class Trainer:
             self.train_batches = self._shuffled_batches
         else:
             self.train_batches = self.rt.train_batches
+        if self.steps is not None:  # the next epoch's batches, planned only, give the shapes
+            self.log(self.steps.learn(self.train_batches(self.state["epoch"] + 1)))
 
     def _usable_train_rows(self) -> list[dict]:
         train_rows = self.rows("train")
