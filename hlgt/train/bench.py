@@ -10,9 +10,10 @@ pass over the next ``--decode-limit`` training rows, problems the model has not 
 the GTS reference's own timing does (topped up from the validation split when the training split
 is too small) (problems/s). The timed pass's batches are collated before it, as the reference's
 are; the host's time to collate one, which training spends between steps, is printed beside it,
-with its time to plan one (``Solver.plan``, with CUDA graphs also padded), a part of each step. ``--bf16`` times a second decoding pass with ``model.bf16_inference``
-and counts the problems whose prediction differs from float32's. Prints a table with each arm's
-ratio to GTS. A measurement, not a test.
+with its time to plan one (``Solver.plan``, with CUDA graphs also padded), a part of each step.
+``--bf16`` times a second decoding pass with ``model.bf16_inference`` and counts the problems
+whose prediction differs from float32's. Prints a table with each arm's ratio to GTS. A
+measurement, not a test.
 
 ``--profile N`` instead counts, per training step (forward, backward, Adam step; averaged over N
 steps after a warm-up), the aten operators dispatched (all, and the top-level ones the Python code
