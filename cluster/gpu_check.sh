@@ -20,7 +20,7 @@
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
 #             and its step replayed as a CUDA graph (replay_compiled.txt)
 #   schedule  the paper's whole schedule (`python -m hlgt.train`: every training problem, the dataset's
-#             epochs, validation every EVAL_EVERY epochs, the best model tested), `full` and `gts` side by
+#             epochs, validation every EVAL_EVERY epochs, the best model tested), SCHEDULE_ARMS side by
 #             side, train.cuda_graphs=GRAPHS, each stopped after the epoch that crosses SCHEDULE_MINUTES
 #             (schedule_<arm>.log, its results schedule_<arm>.json)
 # A call cut short by its time limit keeps the logs of the steps before.
@@ -29,8 +29,9 @@
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
 # BATCH (64, the paper's), BEFORE (a folder holding an older commit's `hlgt` package, made with
 # `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
-# card in the same call), PROFILE_STEPS (10), SCHEDULE_MINUTES (8), EVAL_EVERY (5), GRAPHS (true on a
-# GPU, else false), RUNS (the schedule's run folders, /tmp/hlgt-gpu-runs). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
+# card in the same call), PROFILE_STEPS (10), SCHEDULE_ARMS ("full gts": arms sharing a GPU share its
+# time), SCHEDULE_MINUTES (8), EVAL_EVERY (5), GRAPHS (true on a GPU, else false), RUNS (the
+# schedule's run folders, /tmp/hlgt-gpu-runs). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
 # runs the steps on the CPU in a minute (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
@@ -42,6 +43,7 @@ LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 PROFILE_STEPS=${PROFILE_STEPS:-10}
 STEPS=${STEPS:-probe curves speed profile replay graphs compiled}
+SCHEDULE_ARMS=${SCHEDULE_ARMS:-full gts}
 SCHEDULE_MINUTES=${SCHEDULE_MINUTES:-8}
 EVAL_EVERY=${EVAL_EVERY:-5}
 GRAPHS=${GRAPHS:-$([ "$DEVICE" = cuda ] && echo true || echo false)}
@@ -131,10 +133,10 @@ if step compiled; then
   fi
 fi
 if step schedule; then
-  echo "[gpu_check] the whole schedule: full and gts side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each" >&2
+  echo "[gpu_check] the whole schedule: $SCHEDULE_ARMS side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each" >&2
   gpu=(); [ "$DEVICE" = cuda ] && gpu=(--gpu)
   pids=()
-  for arm in full gts; do
+  for arm in $SCHEDULE_ARMS; do
     python -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --no-ray "${gpu[@]}" --no-wandb --fresh --ablation "$arm" \
       --name "schedule-$arm" --set "train.out_dir=$RUNS" --set "train.batch_size=$BATCH" \
       --set "train.cuda_graphs=$GRAPHS" --set "train.eval_every=$EVAL_EVERY" --set "train.max_minutes=$SCHEDULE_MINUTES" \
@@ -142,7 +144,7 @@ if step schedule; then
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-  for arm in full gts; do
+  for arm in $SCHEDULE_ARMS; do
     cp "$RUNS/schedule-$arm/results.json" "$OUT/schedule_$arm.json" 2> /dev/null || status=1
     grep -E "^epoch|cuda graphs|max_minutes|\[train\] done" "$OUT/schedule_$arm.log" | tail -4 >&2
   done
