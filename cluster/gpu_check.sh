@@ -8,7 +8,8 @@
 #
 # STEPS (default "probe curves speed profile replay graphs compiled"; `schedule` only when named), in this
 # order, each one's log under $OUT:
-#   probe     the sweep's GPU memory probe: trials per GPU (trials_per_gpu.txt)
+#   probe     the sweep's GPU memory probe: trials per GPU, without and with train.cuda_graphs
+#             (trials_per_gpu.txt)
 #   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
 #   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first (bench*.txt)
 #   profile   wall time per training step against the GPU's kernel time, and the operators that take
@@ -62,14 +63,17 @@ import os, torch
 from hlgt.sweep.experiments import probe_gpu_memory, trials_per_gpu
 from hlgt.sweep.plan import Plan
 if torch.cuda.is_available():
-    plan = Plan(name="probe", storage="/tmp", base={"data.dataset": os.environ["DATASET"]}, arms=["full", "gts"],
-                samples=[{}], replicates=[{"data.fold": 0, "train.seed": 1}], shards={0: os.environ["SHARDS"]})
-    peak, total = probe_gpu_memory(plan)
-    print(f"peak reserved {peak / 2**30:.2f} GiB of {total / 2**30:.1f} GiB: {trials_per_gpu(total, peak)} trials per GPU")
+    for graphs in (False, True):  # with train.cuda_graphs, every shape's captured graphs count
+        plan = Plan(name="probe", storage="/tmp", base={"data.dataset": os.environ["DATASET"], "train.cuda_graphs": graphs},
+                    arms=["full", "gts"], samples=[{}], replicates=[{"data.fold": 0, "train.seed": 1}],
+                    shards={0: os.environ["SHARDS"]})
+        peak, total = probe_gpu_memory(plan)
+        print(f"train.cuda_graphs={graphs}: peak reserved {peak / 2**30:.2f} GiB of {total / 2**30:.1f} GiB: "
+              f"{trials_per_gpu(total, peak)} trials per GPU")
 else:
     print("no CUDA device: probe skipped")
 PY
-  tail -1 "$OUT/trials_per_gpu.txt" >&2
+  tail -2 "$OUT/trials_per_gpu.txt" >&2
 fi
 
 if step curves; then

@@ -47,3 +47,55 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "realdata" in item.keywords:
             item.add_marker(skip)
+
+
+def _graphed_without_graphs(module, sample_args, allow_unused_input=False):
+    """``torch.cuda.make_graphed_callables``'s autograd plumbing without the graphs (which need a
+    GPU): the module runs inside one autograd Function over the user arguments and the module's
+    parameters, its backward by ``autograd.grad`` over both. As a replayed graph does, every call
+    writes its outputs and gradients into the same tensors and returns views of them, so that
+    whoever keeps a step's output past the next step sees it overwritten."""
+    params = tuple(p for p in module.parameters() if p.requires_grad)
+    n_user, run = len(sample_args), module.forward
+    module(*sample_args)  # the warm-up
+    static: dict[str, list] = {}
+
+    def into(name, tensors):
+        """The tensors copied into this name's buffers (made at the first call), as views."""
+        if name not in static:
+            static[name] = [None if t is None else torch.empty_like(t) for t in tensors]
+        return tuple(None if b is None else b.copy_(t).detach() for b, t in zip(static[name], tensors))
+
+    class Graphed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            with torch.enable_grad():
+                ctx.user = [u.detach().requires_grad_(u.requires_grad) for u in inputs[:n_user]]
+                ctx.outs = run(*ctx.user)
+            return into("outputs", [o.detach() for o in ctx.outs])
+
+        @staticmethod
+        def backward(ctx, *grads):
+            pairs = [(o, g) for o, g in zip(ctx.outs, grads) if o.requires_grad]
+            wrt = [u for u in ctx.user if u.requires_grad] + list(params)
+            got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
+                                           allow_unused=allow_unused_input))
+            return into("grads", [next(got) if u.requires_grad else None for u in ctx.user] + list(got))
+
+    module.forward = lambda *args: Graphed.apply(*args, *params)
+    return module
+
+
+@pytest.fixture
+def stand_in_graphs(monkeypatch):
+    """``_graphed_without_graphs`` stands in for ``torch.cuda.make_graphed_callables``, and
+    ``train.cuda_graphs`` runs without a GPU. -> the modules captured so far."""
+    captured = []
+
+    def capture(module, sample_args, allow_unused_input=False):
+        captured.append(module)
+        return _graphed_without_graphs(module, sample_args, allow_unused_input)
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", capture)
+    monkeypatch.setattr("hlgt.train.cuda_graphs.require_gpu", lambda device: None)
+    return captured

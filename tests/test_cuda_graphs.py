@@ -138,48 +138,11 @@ def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
     assert outs[0].device == meta and any(p.grad is not None for p in on_meta.decoder.parameters())
 
 
-def _graphed_without_graphs(module, sample_args, allow_unused_input=False):
-    """``torch.cuda.make_graphed_callables``'s autograd plumbing without the graphs (which need a
-    GPU): the module runs inside one autograd Function over the user arguments and the module's
-    parameters, its backward by ``autograd.grad`` over both. As a replayed graph does, every call
-    writes its outputs and gradients into the same tensors and returns views of them, so that
-    whoever keeps a step's output past the next step sees it overwritten."""
-    params = tuple(p for p in module.parameters() if p.requires_grad)
-    n_user, run = len(sample_args), module.forward
-    module(*sample_args)  # the warm-up
-    static: dict[str, list] = {}
-
-    def into(name, tensors):
-        """The tensors copied into this name's buffers (made at the first call), as views."""
-        if name not in static:
-            static[name] = [None if t is None else torch.empty_like(t) for t in tensors]
-        return tuple(None if b is None else b.copy_(t).detach() for b, t in zip(static[name], tensors))
-
-    class Graphed(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *inputs):
-            with torch.enable_grad():
-                ctx.user = [u.detach().requires_grad_(u.requires_grad) for u in inputs[:n_user]]
-                ctx.outs = run(*ctx.user)
-            return into("outputs", [o.detach() for o in ctx.outs])
-
-        @staticmethod
-        def backward(ctx, *grads):
-            pairs = [(o, g) for o, g in zip(ctx.outs, grads) if o.requires_grad]
-            wrt = [u for u in ctx.user if u.requires_grad] + list(params)
-            got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
-                                           allow_unused=allow_unused_input))
-            return into("grads", [next(got) if u.requires_grad else None for u in ctx.user] + list(got))
-
-    module.forward = lambda *args: Graphed.apply(*args, *params)
-    return module
-
-
 @pytest.mark.parametrize("arm", ["full", "gts"])
-def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, monkeypatch, arm):
+@pytest.mark.usefixtures("stand_in_graphs")
+def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, arm):
     # The captured part's inputs, outputs and gradients (to the BiGRUs' states and every
     # parameter) wired as make_graphed_callables wires them: training matches eager step by step.
-    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _graphed_without_graphs)
     losses = {}
     for graphs in (False, True):
         solver, vocab, rows = _solver_and_rows(shards, **C.ABLATIONS[arm])
@@ -244,10 +207,10 @@ def test_a_failed_capture_leaves_every_later_step_eager(shards, monkeypatch):
                                   "operation not permitted when stream is capturing")
 
 
-def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards, monkeypatch):
+@pytest.mark.usefixtures("stand_in_graphs")
+def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards):
     from hlgt.train.bench import measure
 
-    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _graphed_without_graphs)
     cfg = Config.from_flat({**TINY, "train.cuda_graphs": True, "model.beam_size": 1})
     solver, vocab, rows = _solver_and_rows(shards)
     r = measure(cfg, rows[:64], rows[64:72], vocab, torch.device("cpu"))
@@ -257,10 +220,9 @@ def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards, mon
     assert r["train_loss"] > 0
 
 
-def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("stand_in_graphs")
+def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path):
     # The whole loop (plan, move, replay, backward, Adam, epoch logs) with the graphs stood in.
-    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _graphed_without_graphs)
-    monkeypatch.setattr("hlgt.train.cuda_graphs.require_gpu", lambda device: None)
     losses, logs = {}, []
     for graphs in (False, True):
         cfg = Config.from_flat({**TINY, "train.epochs": 3, "train.cuda_graphs": graphs})

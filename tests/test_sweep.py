@@ -204,6 +204,36 @@ def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
         command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_the_probe_runs_a_trials_steps_with_every_shape_cuda_graphs_would_capture(tmp_path, stand_in_graphs,
+                                                                                   monkeypatch):
+    # The probe's steps are what a trial runs: with train.cuda_graphs, each shape learned is
+    # captured (its graphs' memory counts), one step each; without, one step on the longest batch.
+    import torch
+
+    monkeypatch.setattr("hlgt.train.cuda_graphs.DEPTHS", (2, 3, 4, 5))  # the sample's trees are shallow
+
+    from hlgt.config import Config
+    from hlgt.data.build import ensure_shards
+    from hlgt.data.collate import iter_batches
+    from hlgt.data.shards import load_rows, load_vocab
+    from hlgt.model.solver import Solver
+    from hlgt.sweep.experiments import probe_steps
+    from hlgt.train.cuda_graphs import GraphedSteps
+
+    tiny = {"data.dataset": "sample", "train.batch_size": 8, "model.embedding_size": 8, "model.hidden_size": 16,
+            "model.heads": 2, "model.layers": 1, "train.wandb": False, "data.shards_dir": str(tmp_path)}
+    cfg = Config.from_flat({**tiny, "train.cuda_graphs": True})
+    shards = ensure_shards(cfg)
+    vocab = load_vocab(shards)
+    rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
+    learned = GraphedSteps(Solver(cfg.model, vocab))
+    learned.learn(iter_batches(rows, vocab, 8, shuffle=True, seed=cfg.train.seed))
+    assert probe_steps(cfg, vocab, rows, torch.device("cpu")) == len(learned.buckets) == len(stand_in_graphs) > 1
+    assert probe_steps(Config.from_flat(tiny), vocab, rows, torch.device("cpu")) == 0
+    assert len(stand_in_graphs) == len(learned.buckets)
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_gpu_memory_probe_measures_one_step_per_arm(tmp_path):
     from hlgt.sweep.experiments import probe_gpu_memory, trials_per_gpu

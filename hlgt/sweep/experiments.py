@@ -80,32 +80,59 @@ def trials_per_gpu(total_bytes: int, trial_peak_bytes: int) -> int:
 
 
 def probe_gpu_memory(plan: Plan) -> tuple[int, int]:
-    """(the largest peak GPU memory the caching allocator reserved for one training step over the
-    plan's arms, on the batch of the longest training problems; the GPU's total memory). Runs on a
-    GPU worker."""
+    """(the largest peak GPU memory the caching allocator reserved for a trial's training steps
+    over the plan's arms (``probe_steps``); the GPU's total memory). Runs on a GPU worker."""
     import torch
 
-    from hlgt.data.collate import collate
     from hlgt.data.shards import load_rows, load_vocab
-    from hlgt.model.solver import Solver
-    from hlgt.train.loop import make_optimizer
 
     shards = next(iter(plan.shards.values()))
     vocab = load_vocab(shards)
     cfgs = [Config.from_flat(plan.trial_flat(arm, plan.arm_samples(arm)[0], 0)) for arm in plan.arms]
-    rows = sorted((r for r in load_rows(shards, "train") if r["prefix"] is not None), key=lambda r: -len(r["tokens"]))
+    rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
     peak = 0
     for cfg in cfgs:
         torch.cuda.reset_peak_memory_stats()
-        solver = Solver(cfg.model, vocab).cuda()
-        opt, _ = make_optimizer(cfg, solver)
-        out = solver(collate(rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph).to("cuda"))
-        out["loss"].backward()
-        opt.step()
+        probe_steps(cfg, vocab, rows, torch.device("cuda"))
         peak = max(peak, torch.cuda.max_memory_reserved())
-        del solver, opt, out
         torch.cuda.empty_cache()
     return peak, torch.cuda.get_device_properties(0).total_memory
+
+
+def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
+    """Training steps as a trial of ``cfg`` runs them, for their memory: one on the batch of the
+    longest problems; with ``train.cuda_graphs``, also one per shape learned from a shuffle of
+    ``rows``, each captured, since every captured graph keeps its own memory. -> how many shapes
+    it ran a step of."""
+    from hlgt.data.collate import collate, encode, iter_batches
+    from hlgt.model.solver import Solver
+    from hlgt.train.cuda_graphs import GraphedSteps
+    from hlgt.train.loop import make_optimizer
+
+    solver = Solver(cfg.model, vocab).to(device)
+    opt, _ = make_optimizer(cfg, solver)
+
+    def step(batch, forward) -> None:
+        out = forward(batch.to(device))
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        opt.step()
+
+    longest = sorted(rows, key=lambda r: -len(r["tokens"]))[: cfg.train.batch_size]
+    step(solver.plan(collate(longest, vocab, variant=cfg.data.graph)), solver)
+    if not cfg.train.cuda_graphs:
+        return 0
+    steps = GraphedSteps(solver)
+    batches = list(iter_batches(encode(rows, vocab), vocab, cfg.train.batch_size, shuffle=True,
+                                seed=cfg.train.seed, variant=cfg.data.graph))
+    steps.learn(batches)
+    captured = set()
+    for batch in batches:
+        planned = steps.plan(batch)
+        if planned.shape is not None and planned.shape not in captured:
+            captured.add(planned.shape)
+            step(planned, steps.forward)
+    return len(captured)
 
 
 def resolve_gpus(plan: Plan) -> None:
