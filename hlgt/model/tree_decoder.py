@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -153,18 +154,25 @@ class TreePlan:
         have = self.sizes()
         if not have.fits(to):
             raise ValueError(f"tree sizes {have} do not fit {to}")
-        cat = torch.cat
 
-        def grow(x: torch.Tensor, starts: list[int], parts, want, fill) -> torch.Tensor:
-            """x in level order, each level's parts (first, second) padded with ``fill`` (a value, or
-            a pair: one per part) to ``want``'s rows."""
-            out, fills = [], fill if isinstance(fill, tuple) else (fill, fill)
+        def grower(parts, want):
+            """For tensors in level order whose levels have ``parts`` (first, second) rows: a function
+            that pads each part to ``want``'s rows with ``fill`` (a value, or a pair: one per part)."""
+            dest, first_pad, base = [], [], 0  # each row's row in the padded order; padding of first parts
             for d, (w_first, w_second) in enumerate(want):
-                lo = starts[d] if d < len(parts) else starts[-1]
                 first, second = parts[d] if d < len(parts) else (0, 0)
-                out += [x[lo : lo + first], x.new_full((w_first - first,), fills[0]),
-                        x[lo + first : lo + first + second], x.new_full((w_second - second,), fills[1])]
-            return cat(out)
+                dest += [np.arange(base, base + first), np.arange(base + w_first, base + w_first + second)]
+                first_pad.append(np.arange(base + first, base + w_first))
+                base += w_first + w_second
+            dest, first_pad = torch.from_numpy(np.concatenate(dest)), torch.from_numpy(np.concatenate(first_pad))
+
+            def grow(x: torch.Tensor, fill) -> torch.Tensor:
+                fills = fill if isinstance(fill, tuple) else (fill, fill)
+                out = x.new_full((base,), fills[1])
+                if fills[0] != fills[1]:
+                    out[first_pad] = fills[0]
+                return out.index_copy_(0, dest, x)
+            return grow
 
         def shifted(rows: torch.Tensor, first: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
             """Rows of a level's order moved past the padding of its first part."""
@@ -184,17 +192,9 @@ class TreePlan:
         op_rows = shifted(self.goal_op_rows, n_left[op_level], g_shift[op_level])
         left_row = shifted(self.sub_left_row, n_leaf[sub_level + 1], s_shift[sub_level + 1])
         right_row = shifted(self.sub_right_row, n_leaf[sub_level + 1], s_shift[sub_level + 1])
-        ops_as_parts = [(n, 0) for n in have.ops]
         ops_want = [(n, 0) for n in to.ops]
-
-        def goal(x, fill):
-            return grow(x, self.goal_starts, have.goals, to.goals, fill)
-
-        def sub(x, fill):
-            return grow(x, self.sub_starts, have.subs, to.subs, fill)
-
-        def op(x, fill):
-            return grow(x, self.goal_op_starts, ops_as_parts, ops_want, fill)
+        goal, sub = grower(have.goals, to.goals), grower(have.subs, to.subs)
+        op = grower([(n, 0) for n in have.ops], ops_want)
 
         def starts(parts) -> list[int]:
             return [0] + torch.tensor([a + b for a, b in parts], dtype=torch.long).cumsum(0).tolist()
