@@ -175,6 +175,10 @@ class Config:
             ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
             ("train.workers", t.workers >= 1, "must be >= 1"),
             ("train.grad_clip", t.grad_clip >= 0.0, "must be >= 0 (0: no clipping)"),
+            # The HGT and RGAT baselines' PyG layers are not checked on padded graphs; replaying a
+            # step bypasses data parallelism's wrapper.
+            ("train.cuda_graphs", not t.cuda_graphs or (m.encoder in ("hlgt", "none") and t.workers == 1),
+             "runs the hlgt and none encoders only, in one process (train.workers=1)"),
         ]
         bad = [f"{key}={getattr(getattr(self, key.split('.')[0]), key.split('.')[1])!r} {why}"
                for key, ok, why in rules if not ok]

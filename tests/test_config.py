@@ -50,6 +50,8 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     ({"model.heads": 3}, "model.heads=3"), ({"model.heads": 0}, "model.heads=0"),
     ({"model.dropout": 1.0}, "model.dropout"), ({"train.batch_size": 0}, "train.batch_size"),
     ({"train.epochs": 0}, "train.epochs"), ({"model.beam_size": 0}, "model.beam_size"),
+    ({"train.cuda_graphs": True, "train.workers": 2}, "train.cuda_graphs=True runs .* in one process"),
+    ({"train.cuda_graphs": True, "model.encoder": "hgt"}, "train.cuda_graphs=True runs the hlgt and none encoders"),
 ])
 def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
     with pytest.raises(ValueError, match=f"bad config: {named}"):

@@ -384,10 +384,7 @@ class Trainer:
         self.model = self.rt.wrap_model(self.solver) if self.rt.wrap_model else self.solver
         self.parts = self.solver.parts()
         self.steps = None
-        if self.cfg.train.cuda_graphs:
-            if self.cfg.model.encoder not in ("hlgt", "none"):
-                # The HGT and RGAT baselines' PyG layers are not checked on padded graphs.
-                raise ValueError("train.cuda_graphs runs the hlgt and none encoders only")
+        if self.cfg.train.cuda_graphs:  # Config.check: the hlgt and none encoders, one worker
             cuda_graphs.require_gpu(self.rt.device)
             if self.model is not self.solver:
                 raise ValueError("train.cuda_graphs trains in one process: data parallelism's wrapper would be bypassed")
