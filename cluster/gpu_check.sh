@@ -6,8 +6,9 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
-# STEPS (default "probe curves speed profile replay graphs compiled"; `schedule` only when named), in this
-# order, each one's log under $OUT:
+# STEPS (default "probe curves speed profile replay graphs compiled"; `schedule` only when named), run
+# in the order given (the most wanted first: a call cut short keeps the logs of the steps before),
+# each one's log under $OUT:
 #   probe     the sweep's GPU memory probe: trials per GPU, without and with train.cuda_graphs
 #             (trials_per_gpu.txt)
 #   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
@@ -24,7 +25,6 @@
 #             epochs, validation every EVAL_EVERY epochs, the best model tested), SCHEDULE_ARMS side by
 #             side, train.cuda_graphs=GRAPHS, each stopped after the epoch that crosses SCHEDULE_MINUTES
 #             (schedule_<arm>.log, its results schedule_<arm>.json)
-# A call cut short by its time limit keeps the logs of the steps before.
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
@@ -52,11 +52,10 @@ RUNS=${RUNS:-/tmp/hlgt-gpu-runs}  # model folders stay on the machine; logs and 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
-step() { [[ " $STEPS " == *" $1 "* ]]; }
 { nvidia-smi || true; python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
   > "$OUT/machine.txt" 2>&1
 
-if step probe; then
+step_probe() {
   echo "[gpu_check] the sweep's GPU memory probe: trials per GPU" >&2
   DATASET="$DATASET" SHARDS="$SHARDS" python - > "$OUT/trials_per_gpu.txt" 2>&1 <<'PY' || status=1
 import os, torch
@@ -74,21 +73,21 @@ else:
     print("no CUDA device: probe skipped")
 PY
   tail -2 "$OUT/trials_per_gpu.txt" >&2
-fi
+}
 
-if step curves; then
+step_curves() {
   echo "[gpu_check] learning curves: gts and full side by side, ${MINUTES} min each" >&2
   python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --epochs 80 \
     --limit 1000000 --ablation gts,full --jobs 2 --set "train.max_minutes=$MINUTES" --set "train.batch_size=$BATCH" \
     --out "$OUT/curve" > "$OUT/curve.log" 2>&1 || status=1
   tail -12 "$OUT/curve.log" >&2
-fi
+}
 
 bench() {  # training and decoding speed of full and gts, with the hlgt package of the current folder
   python -m hlgt.train.bench --dataset "$DATASET" --shards "$SHARDS" --device "$DEVICE" --limit "$LIMIT" \
     --batch-size "$BATCH" --decode-limit 64 --ablation full,gts "$@"
 }
-if step speed; then
+step_speed() {
   if [ -n "${BEFORE:-}" ]; then
     echo "[gpu_check] speed of the code in $BEFORE: full and gts" >&2
     (cd "$BEFORE" && bench) > "$OUT/bench_before.txt" 2>&1 || status=1
@@ -97,13 +96,13 @@ if step speed; then
   echo "[gpu_check] speed: full and gts, same card, same call" >&2
   bench > "$OUT/bench.txt" 2>&1 || status=1
   tail -4 "$OUT/bench.txt" >&2
-fi
-if step profile; then
+}
+step_profile() {
   echo "[gpu_check] wall time per step against the GPU's kernel time ($PROFILE_STEPS steps)" >&2
   bench --time-steps "$PROFILE_STEPS" > "$OUT/time_steps.txt" 2>&1 || status=1
   grep "ms per step" "$OUT/time_steps.txt" >&2
-fi
-if step replay; then
+}
+step_replay() {
   echo "[gpu_check] one batch's step eager and replayed as a CUDA graph ($PROFILE_STEPS steps each)" >&2
   if [ "$DEVICE" = cuda ]; then
     bench --replay "$PROFILE_STEPS" > "$OUT/replay.txt" 2>&1 || status=1
@@ -111,8 +110,8 @@ if step replay; then
     echo "replay skipped: capturing a CUDA graph needs DEVICE=cuda" > "$OUT/replay.txt"
   fi
   grep -E "replayed|capture failed|skipped" "$OUT/replay.txt" >&2
-fi
-if step graphs; then
+}
+step_graphs() {
   echo "[gpu_check] speed with train.cuda_graphs=true; training with and without it at dropout 0" >&2
   if [ "$DEVICE" = cuda ]; then
     bench --set train.cuda_graphs=true > "$OUT/bench_graphs.txt" 2>&1 || status=1
@@ -126,8 +125,8 @@ if step graphs; then
   else
     echo "graphs skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/bench_graphs.txt"
   fi
-fi
-if step compiled; then
+}
+step_compiled() {
   echo "[gpu_check] speed with train.compile=true (decoder levels and graph layers compiled)" >&2
   bench --set train.compile=true > "$OUT/bench_compiled.txt" 2>&1 || status=1
   tail -4 "$OUT/bench_compiled.txt" >&2
@@ -135,8 +134,8 @@ if step compiled; then
     bench --replay "$PROFILE_STEPS" --set train.compile=true > "$OUT/replay_compiled.txt" 2>&1 || status=1
     grep -E "replayed|capture failed" "$OUT/replay_compiled.txt" >&2
   fi
-fi
-if step schedule; then
+}
+step_schedule() {
   echo "[gpu_check] the whole schedule: $SCHEDULE_ARMS side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each" >&2
   gpu=(); [ "$DEVICE" = cuda ] && gpu=(--gpu)
   pids=()
@@ -152,5 +151,13 @@ if step schedule; then
     cp "$RUNS/schedule-$arm/results.json" "$OUT/schedule_$arm.json" 2> /dev/null || status=1
     grep -E "^epoch|cuda graphs|max_minutes|\[train\] done" "$OUT/schedule_$arm.log" | tail -4 >&2
   done
-fi
+}
+for name in $STEPS; do  # in the order given
+  if declare -F "step_$name" > /dev/null; then
+    "step_$name"
+  else
+    echo "[gpu_check] no step named $name; the steps:" $(declare -F | sed -n 's/^declare -f step_//p') >&2
+    status=1
+  fi
+done
 exit $status

@@ -196,6 +196,19 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
         assert "test/value_acc" in json.loads((tmp_path / "out" / f"schedule_{arm}.json").read_text())
 
 
+def test_the_gpu_check_script_runs_the_steps_in_the_order_given_and_names_an_unknown_one(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", STEPS="replay nope graphs")
+    done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert "[gpu_check] no step named nope; the steps: compiled curves graphs probe profile replay schedule speed" in lines
+    order = [i for i, line in enumerate(lines) if "one batch's step eager" in line or "no step named" in line
+             or "speed with train.cuda_graphs" in line]
+    assert len(order) == 3 and order == sorted(order)
+    assert "one batch's step eager" in lines[order[0]] and "speed with train.cuda_graphs" in lines[order[2]]
+
+
 def _fake_wheel(folder: Path, name: str, files: dict[str, bytes]) -> Path:
     """A minimal pure-Python wheel holding ``files`` (paths inside the wheel -> contents)."""
     import zipfile
