@@ -137,7 +137,7 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
 
 def resolve_gpus(plan: Plan) -> None:
     """``--gpus-per-trial`` not given: CPUs on a cluster without GPUs; on one with GPUs, the share
-    of a GPU that packs ``trials_per_gpu`` trials on it, from one probe step per arm."""
+    of a GPU that packs ``trials_per_gpu`` trials on it, from each arm's probe steps (``probe_steps``)."""
     import ray
 
     if plan.gpus_per_worker is not None:
