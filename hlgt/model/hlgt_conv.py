@@ -94,10 +94,10 @@ class GraphLayout:
         touched, local = torch.unique(edge_index, return_inverse=True)            # [Nt], [2, E]
         types = node_type.index_select(0, touched) if num_types > 1 else torch.zeros_like(touched)  # [Nt]
         if group_sizes is not None:
-            missing = torch.tensor(group_sizes) - torch.bincount(types, minlength=num_types)  # [num_types]
+            counts = torch.bincount(types, minlength=num_types)                  # [num_types]
+            missing = torch.tensor(group_sizes) - counts                          # [num_types]
             if bool((missing < 0).any()):
-                raise ValueError(f"touched nodes per type {(torch.tensor(group_sizes) - missing).tolist()} "
-                                 f"exceed the group sizes {list(group_sizes)}")
+                raise ValueError(f"touched nodes per type {counts.tolist()} exceed the group sizes {list(group_sizes)}")
             fill = torch.repeat_interleave(torch.arange(num_types), missing)       # a group label per padding row
             touched = torch.cat([touched, touched.new_full(fill.shape, node_type.numel() - 1)])
             types = torch.cat([types, fill])

@@ -51,6 +51,7 @@ one slot and the decoder is trained towards that slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 import torch
@@ -197,7 +198,7 @@ class TreePlan:
         op = grower([(n, 0) for n in have.ops], ops_want)
 
         def starts(parts) -> list[int]:
-            return [0] + torch.tensor([a + b for a, b in parts], dtype=torch.long).cumsum(0).tolist()
+            return list(accumulate((a + b for a, b in parts), initial=0))
 
         return TreePlan(
             n_levels=len(to.goals),

@@ -114,11 +114,13 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
             bf16: bool = False) -> dict:
     """Training problems/s over ``rows``, then decoding problems/s over ``decode_rows`` (float32,
     and with ``bf16`` also bfloat16 GRU products, with the number of predictions that differ)."""
+    from hlgt.data.collate import encode
     from hlgt.inference import predict
     from hlgt.train.cuda_graphs import GraphedSteps
 
-    solver, opt, batches = _training(cfg, vocab, rows, device)
-    collate_ms = _collate_ms(cfg, vocab, rows)
+    encoded = encode(rows, vocab)  # as training does, once
+    solver, opt, batches = _training(cfg, vocab, encoded, device)
+    collate_ms = _collate_ms(cfg, vocab, encoded)
     steps = GraphedSteps(solver) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
     # Untimed: _warm_up's batches; with CUDA graphs, as training does, the shapes learned from
@@ -168,10 +170,11 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     return result
 
 
-def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tuple:
+def _training(cfg: Config, vocab, rows: list, device: torch.device) -> tuple:
     """``(solver, optimizer, batches)`` as training builds them (``train.compile``:
-    ``Solver.compile_parts``), the model on ``device`` in training mode."""
-    from hlgt.data.collate import encode, iter_batches
+    ``Solver.compile_parts``), the model on ``device`` in training mode; ``rows`` as they are
+    stored or ``encode``d."""
+    from hlgt.data.collate import iter_batches
     from hlgt.model.solver import Solver
     from hlgt.train.loop import make_optimizer
 
@@ -181,17 +184,16 @@ def _training(cfg: Config, vocab, rows: list[dict], device: torch.device) -> tup
         solver.compile_parts()
     opt, _ = make_optimizer(cfg, solver)
     solver.train()
-    batches = list(iter_batches(encode(rows, vocab), vocab, cfg.train.batch_size, shuffle=True,
-                                seed=cfg.train.seed, variant=cfg.data.graph))
+    batches = list(iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+                                variant=cfg.data.graph))
     return solver, opt, batches
 
 
-def _collate_ms(cfg: Config, vocab, rows: list[dict]) -> float:
-    """Host milliseconds to collate one batch of ``rows``, encoded once before, as training does
-    between steps (the timed pass's batches are collated before it)."""
-    from hlgt.data.collate import encode, iter_batches
+def _collate_ms(cfg: Config, vocab, encoded: list) -> float:
+    """Host milliseconds to collate one batch of ``encode``d rows, as training does between steps
+    (the timed pass's batches are collated before it)."""
+    from hlgt.data.collate import iter_batches
 
-    encoded = encode(rows, vocab)
     start = time.perf_counter()
     n = sum(1 for _ in iter_batches(encoded, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
                                     variant=cfg.data.graph))

@@ -66,7 +66,7 @@ DEPTHS = (5, 6, 8, 12, 16, 24, 32, 48)
 @dataclass
 class _Bucket:
     seen: Shape | None = None  # covering every full batch's own shape so far
-    shape: Shape | None = None  # what its batches are padded to; None until an epoch has ended
+    shape: Shape | None = None  # what its batches are padded to; None until learned (``learn``, an epoch's end)
     graphed: nn.Module | None = None  # captured at its first padded batch
 
 
