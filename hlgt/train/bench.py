@@ -51,6 +51,7 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -422,7 +423,7 @@ def _arm_results(arms: list[str], measure_arm):
         yield arm, result
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
     p.add_argument("--dataset", default="mawps")
@@ -449,27 +450,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay", type=int, default=0, metavar="STEPS",
                    help="one batch's training step run STEPS times eagerly, then captured as a CUDA graph and "
                         "replayed STEPS times: the floor of a step without host work (GPU only); nothing else")
-    args = p.parse_args(argv)
+    return p
 
+
+@dataclass
+class _Inputs:
+    """What every mode of the command measures: the arms, their settings and the problems."""
+    args: argparse.Namespace
+    arms: list[str]
+    cfg: Config  # the command's settings, before any arm's
+    overrides: dict  # --set, over each arm's own settings, as in `python -m hlgt.train`
+    vocab: object
+    rows: list[dict]  # the training rows timed
+    decode_rows: list[dict]  # held out: training rows after them, topped up from validation
+    held_out: int  # how many of decode_rows are training rows
+
+    def arm_cfg(self, arm: str) -> Config:
+        return self.cfg.override({**ABLATIONS[arm], **self.overrides})
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import load_rows, load_vocab, use_shards
-    from hlgt.train import cuda_graphs
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
     base = {"data.dataset": args.dataset, "data.fold": args.fold, "train.batch_size": args.batch_size,
             "model.embedding_size": args.embedding, "model.hidden_size": args.hidden, "model.beam_size": args.beam,
             **({"data.data_dir": args.data_dir} if args.data_dir else {})}
-    overrides = parse_overrides(args.set)  # over each arm's own settings, as in `python -m hlgt.train`
+    overrides = parse_overrides(args.set)
     try:
         arms = ablation_arms(args.ablation)
     except ValueError as e:
         raise SystemExit(str(e))
     cfg = Config.from_flat({**base, **overrides})
-
-    def arm_cfg(arm: str) -> Config:  # the arm's settings under the command's own
-        return cfg.override({**ABLATIONS[arm], **overrides})
-
     shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
     vocab = load_vocab(shards)
     train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
@@ -482,72 +494,107 @@ def main(argv: list[str] | None = None) -> int:
         decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
     if not decode_rows:
         raise SystemExit("no held-out rows to decode")
-    if args.profile > 0:
-        print(f"[bench] {args.dataset}: operators and host syncs per training step, batch {args.batch_size}, "
-              f"embedding {args.embedding}, hidden {args.hidden}, {args.profile} steps after a warm-up, CPU", flush=True)
-        print("\n| arm | aten ops / step | top-level | in the CPU BiGRUs | the rest (a GPU's share) | its top-level "
-              "| of it launching a kernel | in the optimizer | host syncs / step | syncs by operator |"
-              "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for arm, r in _arm_results(arms, lambda arm: profile_steps(arm_cfg(arm), rows, vocab, args.profile)):
-            by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
-            print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
-                  f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
-                  f"| {r['launching_ops_per_step']:.0f} "
-                  f"| {r['optimizer_ops_per_step']:.0f} | {r['syncs_per_step']:.1f} | {by_op} |",
-                  flush=True)
-        return 0
-    device = torch.device(args.device)
-    if args.replay > 0:
-        print(f"[bench] {args.dataset}: one batch's training step, eager and replayed as a CUDA graph, batch "
-              f"{args.batch_size}, {args.replay} steps each, device {device}", flush=True)
-        def replayed(arm: str) -> dict:
-            try:
-                return replay_steps(arm_cfg(arm), rows, vocab, device, args.replay)
-            except RuntimeError as e:  # the step does what a capture forbids (a host sync, a CPU tensor read)
-                return {"failed": str(e).splitlines()[0]}
+    return _Inputs(args, arms, cfg, overrides, vocab, rows, decode_rows, held_out)
 
-        for arm, r in _arm_results(arms, replayed):
-            if "failed" in r:
-                print(f"[bench] {arm}: capture failed: {r['failed']}", flush=True)
-                continue
-            for side in ("eager", "replay"):
-                print(f"\n[bench] {arm}: {side} kernels by device time\n{r[side + '_kernels']['table']}", flush=True)
-            for side in ("eager", "replay"):
-                k = r[side + "_kernels"]
-                print(f"[bench] {arm}: {side}: {k['per_step']:.0f} GPU kernels per step, GPU busy "
-                      f"{k['busy_ms_per_step']:.1f} ms per step (profiled)", flush=True)
-            print(f"[bench] {arm}: eager {r['eager_ms_per_step']:.1f} ms per step, replayed "
-                  f"{r['replay_ms_per_step']:.1f} ms ({r['eager_ms_per_step'] / r['replay_ms_per_step']:.1f}x); "
-                  f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}", flush=True)
-        return 0
-    if args.time_steps > 0:
-        print(f"[bench] {args.dataset}: wall time per training step against the GPU's kernel time, batch "
-              f"{args.batch_size}, {args.time_steps} steps after a warm-up, device {device}", flush=True)
-        for arm, r in _arm_results(arms, lambda arm: time_steps(arm_cfg(arm), rows, vocab, device, args.time_steps)):
-            for side, table in r["tables"].items():
-                print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
-            gpu, gru = r["device_ms_per_step"], r["cpu_gru_ms_per_step"]
-            busy = (f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)" if gpu is not None
-                    else ", no GPU kernels recorded" if device.type == "cuda"
-                    else f", {r['wall_ms_per_step'] - gru:.1f} ms outside the CPU BiGRUs ({gru:.1f} ms in them)")
-            print(f"[bench] {arm}: {r['wall_ms_per_step']:.1f} ms per step (profiled){busy}", flush=True)
-        return 0
-    print(f"[bench] {args.dataset} fold {args.fold}: {len(rows)} training problems, "
-          f"{len(decode_rows)} held-out problems decoded ({held_out} training, {len(decode_rows) - held_out} "
-          f"validation), batch {args.batch_size}, "
-          f"embedding {args.embedding}, hidden {args.hidden}, beam {args.beam}, device {device}, "
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    run, device = _inputs(args), torch.device(args.device)
+    if args.profile > 0:
+        _print_profile(run)
+    elif args.replay > 0:
+        _print_replay(run, device)
+    elif args.time_steps > 0:
+        _print_time_steps(run, device)
+    else:
+        _print_speed(run, device)
+    return 0
+
+
+def _print_profile(run: _Inputs) -> None:
+    a = run.args
+    print(f"[bench] {a.dataset}: operators and host syncs per training step, batch {a.batch_size}, "
+          f"embedding {a.embedding}, hidden {a.hidden}, {a.profile} steps after a warm-up, CPU", flush=True)
+    print("\n| arm | aten ops / step | top-level | in the CPU BiGRUs | the rest (a GPU's share) | its top-level "
+          "| of it launching a kernel | in the optimizer | host syncs / step | syncs by operator |"
+          "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for arm, r in _arm_results(run.arms, lambda arm: profile_steps(run.arm_cfg(arm), run.rows, run.vocab, a.profile)):
+        by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
+        print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
+              f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
+              f"| {r['launching_ops_per_step']:.0f} "
+              f"| {r['optimizer_ops_per_step']:.0f} | {r['syncs_per_step']:.1f} | {by_op} |",
+              flush=True)
+
+
+def _print_replay(run: _Inputs, device: torch.device) -> None:
+    a = run.args
+    print(f"[bench] {a.dataset}: one batch's training step, eager and replayed as a CUDA graph, batch "
+          f"{a.batch_size}, {a.replay} steps each, device {device}", flush=True)
+
+    def replayed(arm: str) -> dict:
+        try:
+            return replay_steps(run.arm_cfg(arm), run.rows, run.vocab, device, a.replay)
+        except RuntimeError as e:  # the step does what a capture forbids (a host sync, a CPU tensor read)
+            return {"failed": str(e).splitlines()[0]}
+
+    for arm, r in _arm_results(run.arms, replayed):
+        if "failed" in r:
+            print(f"[bench] {arm}: capture failed: {r['failed']}", flush=True)
+            continue
+        for side in ("eager", "replay"):
+            print(f"\n[bench] {arm}: {side} kernels by device time\n{r[side + '_kernels']['table']}", flush=True)
+        for side in ("eager", "replay"):
+            k = r[side + "_kernels"]
+            print(f"[bench] {arm}: {side}: {k['per_step']:.0f} GPU kernels per step, GPU busy "
+                  f"{k['busy_ms_per_step']:.1f} ms per step (profiled)", flush=True)
+        print(f"[bench] {arm}: eager {r['eager_ms_per_step']:.1f} ms per step, replayed "
+              f"{r['replay_ms_per_step']:.1f} ms ({r['eager_ms_per_step'] / r['replay_ms_per_step']:.1f}x); "
+              f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}", flush=True)
+
+
+def _print_time_steps(run: _Inputs, device: torch.device) -> None:
+    a = run.args
+    print(f"[bench] {a.dataset}: wall time per training step against the GPU's kernel time, batch "
+          f"{a.batch_size}, {a.time_steps} steps after a warm-up, device {device}", flush=True)
+
+    def timed(arm: str) -> dict:
+        return time_steps(run.arm_cfg(arm), run.rows, run.vocab, device, a.time_steps)
+
+    for arm, r in _arm_results(run.arms, timed):
+        for side, table in r["tables"].items():
+            print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
+        gpu, gru = r["device_ms_per_step"], r["cpu_gru_ms_per_step"]
+        busy = (f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)" if gpu is not None
+                else ", no GPU kernels recorded" if device.type == "cuda"
+                else f", {r['wall_ms_per_step'] - gru:.1f} ms outside the CPU BiGRUs ({gru:.1f} ms in them)")
+        print(f"[bench] {arm}: {r['wall_ms_per_step']:.1f} ms per step (profiled){busy}", flush=True)
+
+
+def _print_speed(run: _Inputs, device: torch.device) -> None:
+    """Training and decoding problems/s of each arm, a line each as it is measured, then the table."""
+    from hlgt.train import cuda_graphs
+
+    a = run.args
+    print(f"[bench] {a.dataset} fold {a.fold}: {len(run.rows)} training problems, "
+          f"{len(run.decode_rows)} held-out problems decoded ({run.held_out} training, "
+          f"{len(run.decode_rows) - run.held_out} validation), batch {a.batch_size}, "
+          f"embedding {a.embedding}, hidden {a.hidden}, beam {a.beam}, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    results = {}
 
     def measured(arm: str) -> dict:
-        if arm_cfg(arm).train.cuda_graphs:
+        cfg = run.arm_cfg(arm)
+        if cfg.train.cuda_graphs:
             cuda_graphs.require_gpu(device)
-        return measure(arm_cfg(arm), rows, decode_rows, vocab, device, args.bf16)
+        return measure(cfg, run.rows, run.decode_rows, run.vocab, device, a.bf16)
 
-    for arm, r in _arm_results(arms, measured):
+    results = {}
+    for arm, r in _arm_results(run.arms, measured):
         results[arm] = r
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
-               f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if args.bf16 else ""
+               f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if a.bf16 else ""
         places = ", ".join(f"{k} {v:g}" for k, v in r["train_syncs_by_place"].items())
         syncs = ("" if r["train_syncs_per_step"] is None else
                  f" ({r['train_syncs_per_step']:g} host syncs per step{': ' + places if places else ''})")
@@ -557,16 +604,19 @@ def main(argv: list[str] | None = None) -> int:
               f"mean training loss {r['train_loss']:.4f}, host per batch: collating {r['collate_ms_per_batch']:.1f} ms "
               f"(not in the timed pass), planning {r['plan_ms_per_batch']:.1f} ms (in it), "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
+    _print_speed_table(results, a.beam, a.bf16)
+
+
+def _print_speed_table(results: dict[str, dict], beam: int, bf16: bool) -> None:
     ref = results.get("gts")
-    extra = " bf16 decode problems/s | bf16 predictions changed |" if args.bf16 else ""
-    print(f"\n| arm | parameters | train problems/s | beam-{args.beam} decode problems/s | train × gts | decode × gts |{extra}")
-    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.bf16 else ""))
+    extra = " bf16 decode problems/s | bf16 predictions changed |" if bf16 else ""
+    print(f"\n| arm | parameters | train problems/s | beam-{beam} decode problems/s | train × gts | decode × gts |{extra}")
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if bf16 else ""))
     for arm, r in results.items():
         ratio = (lambda k: f"{r[k] / ref[k]:.2f}") if ref else (lambda k: "n/a")
-        low = f" {r['decode_bf16_problems_per_s']:.1f} | {r['decode_bf16_changed']} |" if args.bf16 else ""
+        low = f" {r['decode_bf16_problems_per_s']:.1f} | {r['decode_bf16_changed']} |" if bf16 else ""
         print(f"| {arm} | {r['parameters']:,} | {r['train_problems_per_s']:.1f} | {r['decode_problems_per_s']:.1f} "
               f"| {ratio('train_problems_per_s')} | {ratio('decode_problems_per_s')} |{low}")
-    return 0
 
 
 if __name__ == "__main__":
