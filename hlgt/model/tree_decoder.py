@@ -155,47 +155,10 @@ class TreePlan:
         have = self.sizes()
         if not have.fits(to):
             raise ValueError(f"tree sizes {have} do not fit {to}")
-
-        def grower(parts, want):
-            """For tensors in level order whose levels have ``parts`` (first, second) rows: a function
-            that pads each part to ``want``'s rows with ``fill`` (a value, or a pair: one per part)."""
-            dest, first_pad, base = [], [], 0  # each row's row in the padded order; padding of first parts
-            for d, (w_first, w_second) in enumerate(want):
-                first, second = parts[d] if d < len(parts) else (0, 0)
-                dest += [np.arange(base, base + first), np.arange(base + w_first, base + w_first + second)]
-                first_pad.append(np.arange(base + first, base + w_first))
-                base += w_first + w_second
-            dest, first_pad = torch.from_numpy(np.concatenate(dest)), torch.from_numpy(np.concatenate(first_pad))
-
-            def grow(x: torch.Tensor, fill) -> torch.Tensor:
-                fills = fill if isinstance(fill, tuple) else (fill, fill)
-                out = x.new_full((base,), fills[1])
-                if fills[0] != fills[1]:
-                    out[first_pad] = fills[0]
-                return out.index_copy_(0, dest, x)
-            return grow
-
-        def shifted(rows: torch.Tensor, first: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-            """Rows of a level's order moved past the padding of its first part."""
-            return rows + torch.where(rows >= first, shift, 0)
-
-        # The rows a row points at (in its own level, or the next for a subtree's children) move
-        # past the padding of that level's first part: each level's first part and its growth.
-        goal_level = torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor([a + b for a, b in have.goals]))
-        sub_level = torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor([a + b for a, b in have.subs]))
-        op_level = torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor(have.ops))
-        n_left = torch.tensor([a for a, _ in have.goals])
-        g_shift = torch.tensor([to_l - l for (l, _), (to_l, _) in zip(have.goals, to.goals)])
-        # One more level of subtrees: a leaf of the deepest level has no children, its rows unread.
-        n_leaf = torch.tensor([a for a, _ in have.subs] + [0])
-        s_shift = torch.tensor([to_l - l for (l, _), (to_l, _) in zip(have.subs, to.subs)] + [0])
-        sib_row = shifted(self.goal_sib_row, n_leaf[goal_level], s_shift[goal_level])
-        op_rows = shifted(self.goal_op_rows, n_left[op_level], g_shift[op_level])
-        left_row = shifted(self.sub_left_row, n_leaf[sub_level + 1], s_shift[sub_level + 1])
-        right_row = shifted(self.sub_right_row, n_leaf[sub_level + 1], s_shift[sub_level + 1])
+        sib_row, op_rows, left_row, right_row = self._rows_past_padding(have, to)
         ops_want = [(n, 0) for n in to.ops]
-        goal, sub = grower(have.goals, to.goals), grower(have.subs, to.subs)
-        op = grower([(n, 0) for n in have.ops], ops_want)
+        goal, sub = _grower(have.goals, to.goals), _grower(have.subs, to.subs)
+        op = _grower([(n, 0) for n in have.ops], ops_want)
 
         def starts(parts) -> list[int]:
             return list(accumulate((a + b for a, b in parts), initial=0))
@@ -220,6 +183,49 @@ class TreePlan:
             sub_right_row=sub(right_row, 0),
         )
 
+    def _rows_past_padding(self, have: TreeSizes, to: TreeSizes) -> tuple[torch.Tensor, ...]:
+        """The in-level rows a row points at (``goal_sib_row``, ``goal_op_rows``, and, in the next
+        level, ``sub_left_row``, ``sub_right_row``), moved past the padding that ``padded`` puts
+        after the first part of the level they point into."""
+        def level_of(counts) -> torch.Tensor:  # each row's level
+            return torch.repeat_interleave(torch.arange(self.n_levels), torch.tensor(counts))
+
+        goal_level, sub_level = level_of([a + b for a, b in have.goals]), level_of([a + b for a, b in have.subs])
+        op_level = level_of(list(have.ops))
+        n_left = torch.tensor([a for a, _ in have.goals])
+        g_shift = torch.tensor([to_l - l for (l, _), (to_l, _) in zip(have.goals, to.goals)])
+        # One more level of subtrees: a leaf of the deepest level has no children, its rows unread.
+        n_leaf = torch.tensor([a for a, _ in have.subs] + [0])
+        s_shift = torch.tensor([to_l - l for (l, _), (to_l, _) in zip(have.subs, to.subs)] + [0])
+        return (_shifted(self.goal_sib_row, n_leaf[goal_level], s_shift[goal_level]),
+                _shifted(self.goal_op_rows, n_left[op_level], g_shift[op_level]),
+                _shifted(self.sub_left_row, n_leaf[sub_level + 1], s_shift[sub_level + 1]),
+                _shifted(self.sub_right_row, n_leaf[sub_level + 1], s_shift[sub_level + 1]))
+
+
+def _shifted(rows: torch.Tensor, first: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """In-level rows moved past the padding of their level's first part (``first`` rows long)."""
+    return rows + torch.where(rows >= first, shift, 0)
+
+
+def _grower(parts, want):
+    """For tensors in level order whose levels have ``parts`` (first, second) rows: a function that
+    pads each part to ``want``'s rows with ``fill`` (a value, or a pair: one per part)."""
+    dest, first_pad, base = [], [], 0  # each row's row in the padded order; padding of first parts
+    for d, (w_first, w_second) in enumerate(want):
+        first, second = parts[d] if d < len(parts) else (0, 0)
+        dest += [np.arange(base, base + first), np.arange(base + w_first, base + w_first + second)]
+        first_pad.append(np.arange(base + first, base + w_first))
+        base += w_first + w_second
+    dest, first_pad = torch.from_numpy(np.concatenate(dest)), torch.from_numpy(np.concatenate(first_pad))
+
+    def grow(x: torch.Tensor, fill) -> torch.Tensor:
+        fills = fill if isinstance(fill, tuple) else (fill, fill)
+        out = x.new_full((base,), fills[1])
+        if fills[0] != fills[1]:
+            out[first_pad] = fills[0]
+        return out.index_copy_(0, dest, x)
+    return grow
 
 IGNORE = -100  # F.cross_entropy's ignore_index: the gold of a padding row
 
