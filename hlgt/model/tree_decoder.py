@@ -360,6 +360,62 @@ class _Pool:
         return ids
 
 
+
+@dataclass
+class _Beams:
+    """Beam search's rows, one per (problem, beam), problem-major ([B*K]): each row's prefix so far,
+    its open goal slots and pending operators as stacks of ids into the search's pools of vectors,
+    and its score."""
+
+    goal_stack: torch.Tensor  # [R, depth] node ids (nodes pool) of the open slots, the top last
+    goal_top: torch.Tensor  # [R] open slots
+    op_stack: torch.Tensor  # [R, depth] pending operators
+    op_left: torch.Tensor  # [R, depth] their left subtree's id (subs pool); -1: not yet
+    op_top: torch.Tensor  # [R] pending operators
+    tokens: torch.Tensor  # [R, max_len] the prefix
+    length: torch.Tensor  # [R]
+    finished: torch.Tensor  # [R] a complete expression
+    score: torch.Tensor  # [R] its log-probability; -inf: no beam
+
+    @classmethod
+    def start(cls, beam_size: int, memory: torch.Tensor, max_len: int) -> _Beams:
+        """One live beam per problem, its one open slot the problem's root (node id b)."""
+        B, K, device = memory.size(0), beam_size, memory.device
+        R, ids = B * K, {"dtype": torch.long, "device": device}
+        depth = (max_len + 1) // 2 + 1  # the most open slots / pending operators a completable prefix can have
+        goal_stack = torch.zeros(R, depth, **ids)
+        goal_stack[:, 0] = torch.arange(R, device=device) // K
+        score = torch.full((B, K), float("-inf"), device=device, dtype=memory.dtype)
+        score[:, 0] = 0.0
+        return cls(goal_stack=goal_stack, goal_top=torch.ones(R, **ids), op_stack=torch.zeros(R, depth, **ids),
+                   op_left=torch.full((R, depth), -1, **ids), op_top=torch.zeros(R, **ids),
+                   tokens=torch.zeros(R, max(max_len, 1), **ids), length=torch.zeros(R, **ids),
+                   finished=torch.zeros(R, dtype=torch.bool, device=device), score=score.view(-1))
+
+    def kept(self, parent: torch.Tensor, score: torch.Tensor) -> _Beams:
+        """Each row a copy of its ``parent`` row, scored ``score``."""
+        rows = {name: value[parent] for name, value in vars(self).items() if name != "score"}
+        return _Beams(**rows, score=score)
+
+    def drop_decided(self, beam_size: int) -> None:
+        """Scores only fall as beams grow (log-probabilities <= 0): a problem whose best finished
+        beam beats all its live ones is decided, and its live beams are dropped (the answer is the
+        same; the search just stops once every problem is decided)."""
+        finished, score = self.finished.view(-1, beam_size), self.score.view(-1, beam_size)
+        done_best = torch.where(finished, score, float("-inf")).amax(1)  # [B]
+        live_best = torch.where(finished, float("-inf"), score).amax(1)  # [B]
+        self.score = torch.where(~finished & (done_best > live_best)[:, None], float("-inf"), score).view(-1)
+
+    def best(self, beam_size: int) -> list[list[int]]:
+        """Each problem's best finished prefix; [] when it has none."""
+        score = torch.where(self.finished, self.score, float("-inf")).view(-1, beam_size)
+        best_score, best_beam = score.max(1)
+        best_row = torch.arange(score.size(0), device=score.device) * beam_size + best_beam
+        out_tokens, out_len = self.tokens[best_row].tolist(), self.length[best_row].tolist()
+        ok = torch.isfinite(best_score).tolist()
+        return [toks[:n] if good else [] for toks, n, good in zip(out_tokens, out_len, ok)]
+
+
 class TreeDecoder(nn.Module):
     """GTS's Prediction + GenerateNode + Merge over a memory of H-dim token vectors."""
 
@@ -567,109 +623,97 @@ class TreeDecoder(nn.Module):
         A problem stops early once a finished beam outscores all its live ones, which no longer
         can catch up. Beam size 1 is greedy decoding. Call in eval mode (dropout off).
         """
-        B, T, H = memory.shape
-        K, n_ops, device = beam_size, self.n_ops, memory.device
+        K, H, n_ops = beam_size, self.hidden_size, self.n_ops
         src = self.sources(memory, mask, num_pos, num_mask)
-        cands, cand_pad = src.cands, src.cand_pad  # [B, O, H], [B, O]
-        O = cands.size(1)
-        V = n_ops + O
+        V = n_ops + src.cands.size(1)
         generate_table, merge_table = self._operator_tables()
-        R = B * K
-        row_problem = torch.arange(R, device=device) // K  # [R]
-        depth = (max_len + 1) // 2 + 1  # the most open slots / pending operators a completable prefix can have
+        beams = _Beams.start(K, memory, max_len)
+        R = beams.score.numel()
         nodes, subs = _Pool(H, memory, capacity=4 * R), _Pool(H, memory, capacity=4 * R)
         nodes.add(problem)  # node id b = root of problem b
-        goal_stack = torch.zeros(R, depth, dtype=torch.long, device=device)
-        goal_stack[:, 0] = row_problem
-        goal_top = torch.ones(R, dtype=torch.long, device=device)  # open slots
-        op_stack = torch.zeros(R, depth, dtype=torch.long, device=device)  # pending operators
-        op_left = torch.full((R, depth), -1, dtype=torch.long, device=device)  # their left subtree in subs; -1: not yet
-        op_top = torch.zeros(R, dtype=torch.long, device=device)
-        tokens = torch.zeros(R, max(max_len, 1), dtype=torch.long, device=device)
-        length = torch.zeros(R, dtype=torch.long, device=device)
-        finished = torch.zeros(R, dtype=torch.bool, device=device)
-        score = torch.full((B, K), float("-inf"), device=device, dtype=memory.dtype)
-        score[:, 0] = 0.0  # one live beam per problem at the start
-        score = score.view(-1)
-        live_index = torch.zeros(R, dtype=torch.long, device=device)
-        all_rows = torch.arange(R, device=device)
+        live_index = torch.zeros(R, dtype=torch.long, device=memory.device)  # a live row's place among them
 
         for _ in range(max_len):
-            live = ~finished & torch.isfinite(score)
+            live = ~beams.finished & torch.isfinite(beams.score)
             if not bool(live.any()):
                 break
             rows = live.nonzero().squeeze(1)  # [n]
-            live_index[rows] = torch.arange(rows.numel(), device=device)
-            batch = row_problem[rows]
-            node = nodes.data[goal_stack[rows, goal_top[rows] - 1]]  # [n, H]
-            top_op = (op_top[rows] - 1).clamp(min=0)
-            left_id = torch.where(op_top[rows] > 0, op_left[rows, top_op], -1)
-            has_left = left_id >= 0
-            goal = torch.empty_like(node)
-            goal[~has_left] = self.left_goal(node[~has_left])
-            goal[has_left] = self.right_goal(subs.data[left_id[has_left]], node[has_left])
-            # Attention weights laid out [problems with a live row, K, T]: one bmm over their memory.
-            problems, slot = torch.unique_consecutive(batch, return_inverse=True)  # rows are sorted
-            beam = rows % K
-            spread = memory.new_zeros(problems.numel(), K, T)
-            spread[slot, beam] = self.attend(goal, batch, src)
-            live_memory = memory if problems.numel() == B else memory.index_select(0, problems)
-            context = torch.bmm(spread, live_memory)[slot, beam]  # [n, H]
-            logp = torch.log_softmax(self.outputs(goal, context, batch, src), -1)  # [n, V]
-            logp[:, n_ops:] = logp[:, n_ops:].masked_fill(cand_pad[batch], float("-inf"))
-            op_fits = length[rows] + goal_top[rows] + 2 <= max_len
-            logp[:, :n_ops] = logp[:, :n_ops].masked_fill(~op_fits[:, None], float("-inf"))
-            total = torch.full((R, V + 1), float("-inf"), device=device, dtype=logp.dtype)
-            total[rows, :V] = score[rows, None] + logp
-            total[:, V] = torch.where(finished, score, float("-inf"))  # column V: a finished beam stays
-            best, choice = total.view(B, K * (V + 1)).topk(K, dim=1)  # [B, K]
-            parent = (choice // (V + 1) + torch.arange(B, device=device)[:, None] * K).view(-1)  # [R]
+            live_index[rows] = torch.arange(rows.numel(), device=memory.device)
+            goal, context, logp = self._live_outputs(beams, rows, K, nodes, subs, src, max_len)
+            total = torch.full((R, V + 1), float("-inf"), device=memory.device, dtype=logp.dtype)
+            total[rows, :V] = beams.score[rows, None] + logp
+            total[:, V] = torch.where(beams.finished, beams.score, float("-inf"))  # column V: a finished beam stays
+            best, choice = total.view(-1, K * (V + 1)).topk(K, dim=1)  # [B, K]
+            parent = (choice // (V + 1) + torch.arange(best.size(0), device=memory.device)[:, None] * K).view(-1)  # [R]
             token = (choice % (V + 1)).view(-1)  # [R]
-            score = best.view(-1)
-            goal_stack, goal_top = goal_stack[parent], goal_top[parent]
-            op_stack, op_left, op_top = op_stack[parent], op_left[parent], op_top[parent]
-            tokens, length, finished = tokens[parent], length[parent], finished[parent]
+            beams = beams.kept(parent, best.view(-1))
 
-            emit = torch.isfinite(score) & (token < V)
-            r = all_rows[emit]
-            tokens[r, length[r]] = token[r]
-            length = length + emit
-            goal_top = goal_top - emit.long()  # the current node is decided
+            emit = torch.isfinite(beams.score) & (token < V)
+            r = emit.nonzero().squeeze(1)
+            beams.tokens[r, beams.length[r]] = token[r]
+            beams.length += emit
+            beams.goal_top -= emit.long()  # the current node is decided
             is_op = emit & (token < n_ops)
             if bool(is_op.any()):
-                r = all_rows[is_op]
+                r = is_op.nonzero().squeeze(1)
                 left, right = self._shared_child_nodes(goal, context, live_index[parent[r]], token[r], generate_table)
-                goal_stack[r, goal_top[r]] = nodes.add(right)
-                goal_stack[r, goal_top[r] + 1] = nodes.add(left)  # left child on top: decoded first
-                goal_top[r] += 2
-                op_stack[r, op_top[r]] = token[r]
-                op_left[r, op_top[r]] = -1
-                op_top[r] += 1
-            is_leaf = emit & (token >= n_ops) & (goal_top > 0)  # a completed tree's embedding is never used
+                self._push_operator(beams, r, token[r], nodes.add(left), nodes.add(right))
+            is_leaf = emit & (token >= n_ops) & (beams.goal_top > 0)  # a completed tree's embedding is never used
             if bool(is_leaf.any()):
-                r = all_rows[is_leaf]
-                tree = cands[row_problem[r], token[r] - n_ops]  # [m, H]
-                while True:  # merge upwards while the pending operator's left subtree is done
-                    top = (op_top[r] - 1).clamp(min=0)
-                    can = (op_top[r] > 0) & (op_left[r, top] >= 0)
-                    if not bool(can.any()):
-                        break
-                    rm, tm = r[can], top[can]
-                    tree[can] = self._looked_up_merge(op_stack[rm, tm], subs.data[op_left[rm, tm]], tree[can], merge_table)
-                    op_top[rm] -= 1
-                op_left[r, op_top[r] - 1] = subs.add(tree)  # an open slot means an operator is still pending
-            finished = finished | (emit & (goal_top == 0))
-            # Scores only fall as beams grow (log-probabilities <= 0): a problem whose best finished
-            # beam beats all its live ones is decided, and its live beams are dropped (the answer is
-            # the same; the loop just stops once every problem is decided).
-            by_problem = score.view(B, K)
-            done_best = torch.where(finished.view(B, K), by_problem, float("-inf")).amax(1)  # [B]
-            live_best = torch.where(finished.view(B, K), float("-inf"), by_problem).amax(1)  # [B]
-            score = torch.where(~finished & (done_best > live_best)[row_problem], float("-inf"), score)
+                r = is_leaf.nonzero().squeeze(1)
+                self._complete_subtrees(beams, r, src.cands[r // K, token[r] - n_ops], subs, merge_table)
+            beams.finished |= emit & (beams.goal_top == 0)
+            beams.drop_decided(K)
+        return beams.best(K)
 
-        score = torch.where(finished, score, float("-inf")).view(B, K)
-        best_score, best_beam = score.max(1)
-        best_row = torch.arange(B, device=device) * K + best_beam
-        out_tokens, out_len = tokens[best_row].tolist(), length[best_row].tolist()
-        ok = torch.isfinite(best_score).tolist()
-        return [toks[:n] if good else [] for toks, n, good in zip(out_tokens, out_len, ok)]
+    def _live_outputs(self, beams: _Beams, rows, K: int, nodes: _Pool, subs: _Pool, src: Sources, max_len: int):
+        """For the live ``rows``: goal [n, H], context [n, H] and the log-probabilities of every
+        output [n, V], with padded slots and the operators that could not complete within
+        ``max_len`` at -inf."""
+        B, T, _ = src.memory.shape
+        batch, n_ops = rows // K, self.n_ops
+        node = nodes.data[beams.goal_stack[rows, beams.goal_top[rows] - 1]]  # [n, H]
+        top_op = (beams.op_top[rows] - 1).clamp(min=0)
+        left_id = torch.where(beams.op_top[rows] > 0, beams.op_left[rows, top_op], -1)
+        has_left = left_id >= 0
+        goal = torch.empty_like(node)
+        goal[~has_left] = self.left_goal(node[~has_left])
+        goal[has_left] = self.right_goal(subs.data[left_id[has_left]], node[has_left])
+        # Attention weights laid out [problems with a live row, K, T]: one bmm over their memory.
+        problems, slot = torch.unique_consecutive(batch, return_inverse=True)  # rows are sorted
+        beam = rows % K
+        spread = src.memory.new_zeros(problems.numel(), K, T)
+        spread[slot, beam] = self.attend(goal, batch, src)
+        live_memory = src.memory if problems.numel() == B else src.memory.index_select(0, problems)
+        context = torch.bmm(spread, live_memory)[slot, beam]  # [n, H]
+        logp = torch.log_softmax(self.outputs(goal, context, batch, src), -1)  # [n, V]
+        logp[:, n_ops:] = logp[:, n_ops:].masked_fill(src.cand_pad[batch], float("-inf"))
+        op_fits = beams.length[rows] + beams.goal_top[rows] + 2 <= max_len
+        logp[:, :n_ops] = logp[:, :n_ops].masked_fill(~op_fits[:, None], float("-inf"))
+        return goal, context, logp
+
+    @staticmethod
+    def _push_operator(beams: _Beams, r, op_ids, left, right) -> None:
+        """Rows ``r`` chose operators: their children's node ids ``left`` and ``right`` become the
+        top open slots (the left on top: decoded first), the operators pending."""
+        beams.goal_stack[r, beams.goal_top[r]] = right
+        beams.goal_stack[r, beams.goal_top[r] + 1] = left
+        beams.goal_top[r] += 2
+        beams.op_stack[r, beams.op_top[r]] = op_ids
+        beams.op_left[r, beams.op_top[r]] = -1
+        beams.op_top[r] += 1
+
+    def _complete_subtrees(self, beams: _Beams, r, tree, subs: _Pool, merge_table) -> None:
+        """Rows ``r`` chose a leaf (embeddings ``tree`` [m, H]) with a slot still open: merged upwards
+        while the pending operator's left subtree is done, it becomes the left subtree of the operator
+        left pending (an open slot means one is)."""
+        while True:
+            top = (beams.op_top[r] - 1).clamp(min=0)
+            can = (beams.op_top[r] > 0) & (beams.op_left[r, top] >= 0)
+            if not bool(can.any()):
+                break
+            rm, tm = r[can], top[can]
+            tree[can] = self._looked_up_merge(beams.op_stack[rm, tm], subs.data[beams.op_left[rm, tm]], tree[can],
+                                              merge_table)
+            beams.op_top[rm] -= 1
+        beams.op_left[r, beams.op_top[r] - 1] = subs.add(tree)
