@@ -195,13 +195,41 @@ def build_graph(example: Example, annotation: Annotation) -> Graph:
     the "parse" part is empty and no node is added for it.
     """
     _check(example, annotation)
-    tokens, pos, quantities = example.tokens, annotation.pos, example.quantities
-    n = len(tokens)
-    quantity_positions = {q.position for q in quantities}
+    quantities = example.quantities
+    word_type, unit_of, cells = _word_types(example, annotation)
+    node_pos, node_type, qnode, at = _nodes(quantities, word_type)
+    edges = _EdgeList()
+    _srl_edges(edges, annotation, node_pos, node_type, at, unit_of)
+    if annotation.heads is not None:
+        for t, h in enumerate(annotation.heads):
+            if h >= 0 and h != t:
+                for a in at[t]:
+                    for b in at[h]:
+                        edges.add(a, b, ET["DEP"], PT["parse"], both=True)
+    for qi, q in enumerate(quantities):
+        for t in cells[q.position]:
+            edges.add(int(qnode[qi]), at[t][0], ET["QCELL"], PT["qcell"], both=True)
+    value = np.array([q.value for q in quantities], dtype=np.float64)
+    pairs = _pair_edges(qnode, node_type[qnode], value)
+    edge_src, edge_dst, edge_type, edge_part = (np.concatenate([a, b]) for a, b in zip(edges.arrays(), pairs))
 
-    # Non-quantity nodes: position -> type, filled in precedence order (setdefault keeps the first).
+    # Merge duplicates and fix the edge order: one int64 key per edge, sorted by (part, src, dst, type).
+    nn = max(len(node_pos), 1)
+    key = ((edge_part * nn + edge_src) * nn + edge_dst) * len(EDGE_TYPES) + edge_type
+    _, first = np.unique(key, return_index=True)
+    edge_src, edge_dst, edge_type, edge_part = (a[first] for a in (edge_src, edge_dst, edge_type, edge_part))
+    line_src, line_dst = line_graph(edge_src, edge_dst)
+    return Graph(node_pos, node_type, edge_src, edge_dst, edge_type, edge_part, line_src, line_dst)
+
+
+def _word_types(example: Example, annotation: Annotation):
+    """The type of every non-quantity node (module docstring), filled in precedence order
+    (setdefault keeps the first). -> (position -> node type, [(unit position, number position)],
+    quantity position -> its cell words)"""
+    tokens, pos, n = example.tokens, annotation.pos, len(example.tokens)
+    quantity_positions = {q.position for q in example.quantities}
     word_type: dict[int, int] = {}
-    unit_of: list[tuple[int, int]] = []  # (unit position, number position)
+    unit_of: list[tuple[int, int]] = []
     for p in sorted(quantity_positions):
         w = p + 1
         if w < n and w not in quantity_positions and pos[w] in UNIT_POS:
@@ -224,8 +252,12 @@ def build_graph(example: Example, annotation: Annotation) -> Graph:
     for cell in cells.values():
         for t in cell:
             word_type.setdefault(t, NT["entity"])
+    return word_type, unit_of, cells
 
-    # Node arrays, ordered by position (quantities sharing a token keep their slot order).
+
+def _nodes(quantities, word_type: dict[int, int]):
+    """Node arrays, ordered by position (quantities sharing a token keep their slot order).
+    -> (node_pos [N], node_type [N], node id of each quantity [Q], position -> node ids there)"""
     words = sorted(word_type)
     node_pos = np.array([q.position for q in quantities] + words, dtype=np.int64)
     node_type = np.array([KIND_NODE_TYPE[q.kind] for q in quantities] + [word_type[w] for w in words],
@@ -234,27 +266,41 @@ def build_graph(example: Example, annotation: Annotation) -> Graph:
     node_pos, node_type = node_pos[order], node_type[order]
     node_id = np.empty(len(order), dtype=np.int64)
     node_id[order] = np.arange(len(order))
-    qnode = node_id[: len(quantities)]                             # [Q] node id of quantity i
-    at: dict[int, list[int]] = {}                                  # position -> node ids there
+    at: dict[int, list[int]] = {}
     for v, p in enumerate(node_pos.tolist()):
         at.setdefault(p, []).append(v)
+    return node_pos, node_type, node_id[: len(quantities)], at
 
-    src: list[int] = []
-    dst: list[int] = []
-    etype: list[int] = []
-    part: list[int] = []
 
-    def add(a: int, b: int, t: int, prt: int, both: bool = False) -> None:
+class _EdgeList:
+    """Directed edges in the order they are added."""
+
+    def __init__(self):
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.type: list[int] = []
+        self.part: list[int] = []
+
+    def add(self, a: int, b: int, t: int, part: int, both: bool = False) -> None:
         for u, v in ((a, b), (b, a)) if both else ((a, b),):
-            src.append(u)
-            dst.append(v)
-            etype.append(t)
-            part.append(prt)
+            self.src.append(u)
+            self.dst.append(v)
+            self.type.append(t)
+            self.part.append(part)
 
-    srl = PT["srl"]
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(src, dst, type, part), int64 each."""
+        return tuple(np.array(x, dtype=np.int64) for x in (self.src, self.dst, self.type, self.part))
+
+
+def _srl_edges(edges: _EdgeList, annotation: Annotation, node_pos: np.ndarray, node_type: np.ndarray,
+               at: dict[int, list[int]], unit_of: list[tuple[int, int]]) -> None:
+    """The "srl" part (module docstring): root <-> contact of each argument phrase, MOD from the
+    phrase's other nodes to its contact, MOD from each unit/rate to its number."""
+    pos, srl = annotation.pos, PT["srl"]
     numeric = set(NUMERIC_NODE_TYPES)
     types = node_type.tolist()
-    # SRL phrase nodes (see the module docstring): numbers, units/rates, NOUN entities.
+    # SRL phrase nodes: numbers, units/rates, NOUN entities.
     phrase_node = [t in numeric or t in (NT["unit"], NT["rate"]) or (t == NT["entity"] and pos[p] == "NOUN")
                    for t, p in zip(types, node_pos.tolist())]
     for f in annotation.frames:
@@ -265,39 +311,13 @@ def build_graph(example: Example, annotation: Annotation) -> Graph:
                     continue
                 nums = [v for v in phrase if types[v] in numeric]
                 contact = nums[-1] if nums else phrase[-1]
-                add(root, contact, ROLES[role], srl, both=True)
+                edges.add(root, contact, ROLES[role], srl, both=True)
                 for v in phrase:
                     if v != contact:
-                        add(v, contact, ET["MOD"], srl)
+                        edges.add(v, contact, ET["MOD"], srl)
     for w, p in unit_of:
         for v in at[p]:
-            add(at[w][0], v, ET["MOD"], srl)
-    if annotation.heads is not None:
-        for t, h in enumerate(annotation.heads):
-            if h >= 0 and h != t:
-                for a in at[t]:
-                    for b in at[h]:
-                        add(a, b, ET["DEP"], PT["parse"], both=True)
-    for qi, q in enumerate(quantities):
-        for t in cells[q.position]:
-            add(int(qnode[qi]), at[t][0], ET["QCELL"], PT["qcell"], both=True)
-
-    qtype = node_type[qnode]
-    value = np.array([q.value for q in quantities], dtype=np.float64)
-    psrc, pdst, ptype, ppart = _pair_edges(qnode, qtype, value)
-    edge_src = np.concatenate([np.array(src, dtype=np.int64), psrc])
-    edge_dst = np.concatenate([np.array(dst, dtype=np.int64), pdst])
-    edge_type = np.concatenate([np.array(etype, dtype=np.int64), ptype])
-    edge_part = np.concatenate([np.array(part, dtype=np.int64), ppart])
-
-    # Merge duplicates and fix the edge order: one int64 key per edge, sorted by (part, src, dst, type).
-    nn = max(len(node_pos), 1)
-    key = ((edge_part * nn + edge_src) * nn + edge_dst) * len(EDGE_TYPES) + edge_type
-    _, first = np.unique(key, return_index=True)
-    edge_src, edge_dst, edge_type, edge_part = (a[first] for a in (edge_src, edge_dst, edge_type, edge_part))
-    line_src, line_dst = line_graph(edge_src, edge_dst)
-    return Graph(node_pos, node_type, edge_src, edge_dst, edge_type, edge_part, line_src, line_dst)
-
+            edges.add(at[w][0], v, ET["MOD"], srl)
 
 def line_graph(edge_src, edge_dst) -> tuple[np.ndarray, np.ndarray]:
     """Non-backtracking line graph (eq. 1): line edge e -> f for e = (i->j), f = (j->k), k != i.
