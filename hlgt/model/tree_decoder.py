@@ -267,49 +267,17 @@ def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> Tr
     B, S = target.shape
     device = target.device
     real = target_mask.bool()
-    lengths = real.sum(1)  # [B]
-    pos = torch.arange(S, device=device)
-    contiguous = (real == (pos[None, :] < lengths[:, None])).all(1)
     is_op = real & (target < n_ops)  # [B, S]
-    delta = torch.where(is_op, 1, -1) * real  # [B, S]
-    open_after = 1 + delta.cumsum(1)  # [B, S]
-    open_before = open_after - delta  # [B, S]
-    last = open_after.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)  # [B]
-    ok = contiguous & (lengths > 0) & (last == 0) & ~(real & (open_before < 1)).any(1)
-    if not bool(ok.all()):
-        bad = (~ok).nonzero().squeeze(1).tolist()
-        raise ValueError(f"target rows {bad} are not complete prefix expressions (op count vs leaf count)")
-
-    earlier = pos[None, :] < pos[:, None]  # [t, p] p < t
-    is_left = torch.zeros_like(real)
-    is_left[:, 1:] = is_op[:, :-1]  # a token right after an operator is its left child
-    same_open = (open_before[:, :, None] == open_before[:, None, :]) & earlier[None] & real[:, None, :]  # [B, t, p]
-    parent = torch.where(is_left, pos - 1, torch.where(same_open, pos, -1).amax(-1))  # [B, S]
-    is_right = real & ~is_left & (pos > 0)  # [B, S]
-    closes = (open_after[:, None, :] == open_before[:, :, None] - 1) & ~earlier[None] & real[:, None, :]  # [B, p, u>=p]
-    end = torch.where(closes, pos, S).amin(-1)  # [B, S] last position of the subtree rooted at p
-    contains = is_op[:, :, None] & earlier.T[None] & (pos[None, None, :] <= end[:, :, None])  # [B, p, t]
-    depth = contains.sum(1)  # [B, S]
-    used = real & (is_left | (contains & is_left[:, :, None]).any(1))  # [B, S] off the right spine
-    right_child = (end.roll(-1, dims=1) + 1).clamp(max=S - 1)  # [B, S] for an operator p: end(p+1) + 1
+    open_before, open_after = _open_slots(real, is_op)
+    parent, is_right, depth, used, right_child = _tree_structure(real, is_op, open_before, open_after)
 
     BS = B * S
     flat = torch.arange(BS, device=device).view(B, S)
     batch_of = (flat // S).view(-1)
     depth, is_op, is_right = depth.view(-1), is_op.view(-1), is_right.view(-1)
     n_levels = int(depth.max()) + 1
-
-    def level_order(nodes: torch.Tensor, second: torch.Tensor):
-        """Nodes sorted by (depth, second key, id); their row within their level; level offsets."""
-        counts = torch.bincount(depth[nodes], minlength=n_levels)  # [n_levels]
-        order = nodes[torch.argsort(depth[nodes] * 2 * BS + second[nodes] * BS + nodes)]
-        row = torch.zeros(BS, dtype=torch.long, device=device)
-        row[order] = torch.arange(order.numel(), device=device) - (torch.cumsum(counts, 0) - counts)[depth[order]]
-        n_first = counts - torch.bincount(depth[nodes][second[nodes]], minlength=n_levels)
-        return order, row, [0] + torch.cumsum(counts, 0).tolist(), n_first.tolist()
-
-    goal_node, goal_row, goal_starts, goal_n_left = level_order(flat[real], is_right)
-    sub_node, sub_row, sub_starts, sub_n_leaf = level_order(flat[used], is_op)
+    goal_node, goal_row, goal_starts, goal_n_left = _level_order(flat[real], is_right, depth, n_levels)
+    sub_node, sub_row, sub_starts, sub_n_leaf = _level_order(flat[used], is_op, depth, n_levels)
 
     goal_is_op = is_op[goal_node]  # [N]
     goal_op_pos = goal_is_op.nonzero().squeeze(1)  # [N_ops] position in goal order
@@ -340,6 +308,56 @@ def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> Tr
         sub_right_row=sub_row[right_flat[sub_node]],
     )
 
+
+def _open_slots(real: torch.Tensor, is_op: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Open slots before and after every token [B, S] each (``tree_plan``). Raises ``ValueError``
+    naming the rows whose real tokens are not one contiguous, complete prefix tree."""
+    S = real.size(1)
+    lengths = real.sum(1)  # [B]
+    pos = torch.arange(S, device=real.device)
+    contiguous = (real == (pos[None, :] < lengths[:, None])).all(1)
+    delta = torch.where(is_op, 1, -1) * real  # [B, S]
+    open_after = 1 + delta.cumsum(1)  # [B, S]
+    open_before = open_after - delta  # [B, S]
+    last = open_after.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)  # [B]
+    ok = contiguous & (lengths > 0) & (last == 0) & ~(real & (open_before < 1)).any(1)
+    if not bool(ok.all()):
+        bad = (~ok).nonzero().squeeze(1).tolist()
+        raise ValueError(f"target rows {bad} are not complete prefix expressions (op count vs leaf count)")
+    return open_before, open_after
+
+
+def _tree_structure(real, is_op, open_before, open_after) -> tuple[torch.Tensor, ...]:
+    """Per token [B, S] (``tree_plan``'s rules): its parent's position (-1 at the root), whether it is
+    a right child, its depth, whether its subtree embedding is used (off the root's right spine),
+    and, for an operator, its right child's position."""
+    S = real.size(1)
+    pos = torch.arange(S, device=real.device)
+    earlier = pos[None, :] < pos[:, None]  # [t, p] p < t
+    is_left = torch.zeros_like(real)
+    is_left[:, 1:] = is_op[:, :-1]  # a token right after an operator is its left child
+    same_open = (open_before[:, :, None] == open_before[:, None, :]) & earlier[None] & real[:, None, :]  # [B, t, p]
+    parent = torch.where(is_left, pos - 1, torch.where(same_open, pos, -1).amax(-1))  # [B, S]
+    is_right = real & ~is_left & (pos > 0)  # [B, S]
+    closes = (open_after[:, None, :] == open_before[:, :, None] - 1) & ~earlier[None] & real[:, None, :]  # [B, p, u>=p]
+    end = torch.where(closes, pos, S).amin(-1)  # [B, S] last position of the subtree rooted at p
+    contains = is_op[:, :, None] & earlier.T[None] & (pos[None, None, :] <= end[:, :, None])  # [B, p, t]
+    depth = contains.sum(1)  # [B, S]
+    used = real & (is_left | (contains & is_left[:, :, None]).any(1))  # [B, S] off the right spine
+    right_child = (end.roll(-1, dims=1) + 1).clamp(max=S - 1)  # [B, S] for an operator p: end(p+1) + 1
+    return parent, is_right, depth, used, right_child
+
+
+def _level_order(nodes: torch.Tensor, second: torch.Tensor, depth: torch.Tensor, n_levels: int):
+    """Flat node ids sorted by (depth, second key, id) -> (that order, each node's row within its
+    level [B*S], level offsets, rows per level before the second key's)."""
+    BS = depth.numel()
+    counts = torch.bincount(depth[nodes], minlength=n_levels)  # [n_levels]
+    order = nodes[torch.argsort(depth[nodes] * 2 * BS + second[nodes] * BS + nodes)]
+    row = torch.zeros(BS, dtype=torch.long, device=depth.device)
+    row[order] = torch.arange(order.numel(), device=depth.device) - (torch.cumsum(counts, 0) - counts)[depth[order]]
+    n_first = counts - torch.bincount(depth[nodes][second[nodes]], minlength=n_levels)
+    return order, row, [0] + torch.cumsum(counts, 0).tolist(), n_first.tolist()
 
 class _Pool:
     """A growing [n, H] store of vectors addressed by integer ids (beam search, no autograd)."""
