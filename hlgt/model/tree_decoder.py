@@ -561,17 +561,33 @@ class TreeDecoder(nn.Module):
         their ``tree_plan``, made beforehand on the CPU (it reads sizes back: host syncs on a GPU),
         else made here.
         """
-        B, _, H = memory.shape
         plan = plan if plan is not None else tree_plan(target, target_mask, self.n_ops)
         src = self.sources(memory, mask, num_pos, num_mask)
-        cands = src.cands  # [B, O, H]
-        O = cands.size(1)
+        subs, merged = self._subtrees(plan, src)
+        logits, expanded = self._level_logits(plan, src, problem, subs)
+        idle = ([self.merge] if not merged else []) + ([self.generate, self.op_embedding, self.goal_right]
+                                                       if not expanded else [])
+        if idle and torch.is_grad_enabled():
+            # A zero term keeps the layers this batch did not use in the graph, so every parameter
+            # gets a gradient every step and data-parallel training need not search the autograd
+            # graph for unused ones (DDP's find_unused_parameters costs ~4% of a CPU step).
+            logits = logits + 0.0 * sum(p.sum() for m in idle for p in m.parameters())
+        S = target.size(1)
+        return TreeOutput(
+            logits=logits,
+            gold=plan.goal_gold,
+            batch_index=plan.goal_batch,
+            position=plan.goal_node % S,
+        )
 
-        # Subtree embeddings, deepest level first: leaves are candidate embeddings, operators merge
-        # their children from the level below.
-        leaf_table = cands.reshape(B * O, H)
-        subs: list[torch.Tensor] = [memory.new_zeros(0, H)] * (plan.n_levels + 1)
-        merged = expanded = False
+    def _subtrees(self, plan: TreePlan, src: Sources) -> tuple[list[torch.Tensor], bool]:
+        """Subtree embeddings of every level in sub order, deepest level first: leaves are candidate
+        embeddings, operators merge their children from the level below. -> (per level [M_d, H],
+        whether any Merge ran)"""
+        B, O, H = src.cands.shape
+        leaf_table = src.cands.reshape(B * O, H)
+        subs: list[torch.Tensor] = [src.memory.new_zeros(0, H)] * (plan.n_levels + 1)
+        merged = False
         for d in reversed(range(plan.n_levels)):
             lo, hi, mid = plan.sub_starts[d], plan.sub_starts[d + 1], plan.sub_starts[d] + plan.sub_n_leaf[d]
             parts = [leaf_table[plan.sub_batch[lo:mid] * O + plan.sub_ids[lo:mid] - self.n_ops]]
@@ -581,10 +597,15 @@ class TreeDecoder(nn.Module):
                 parts.append(self.merge_tree(plan.sub_ids[mid:hi], left, right))
                 merged = True
             subs[d] = torch.cat(parts)
+        return subs, merged
 
-        # Goals, root level first: a level's node vectors come from its parents' GenerateNode.
+    def _level_logits(self, plan: TreePlan, src: Sources, problem, subs: list[torch.Tensor]) -> tuple[torch.Tensor, bool]:
+        """Goals, root level first: a level's node vectors come from its parents' GenerateNode.
+        -> (logits of every node in goal order [N, V], whether any GenerateNode ran)"""
+        H = src.memory.size(-1)
         logits = []
-        left_nodes = right_nodes = memory.new_zeros(0, H)
+        left_nodes = right_nodes = src.memory.new_zeros(0, H)
+        expanded = False
         for d in range(plan.n_levels):
             lo, hi, mid = plan.goal_starts[d], plan.goal_starts[d + 1], plan.goal_starts[d] + plan.goal_n_left[d]
             batch = plan.goal_batch[lo:hi]
@@ -605,21 +626,7 @@ class TreeDecoder(nn.Module):
                 op_ids = plan.goal_op_ids[plan.goal_op_starts[d] : plan.goal_op_starts[d + 1]]
                 left_nodes, right_nodes = self.child_nodes(goal[ops], context[ops], op_ids)
                 expanded = True  # an operator: GenerateNode ran, and its right child will need goal_right
-        logits = torch.cat(logits)
-        idle = ([self.merge] if not merged else []) + ([self.generate, self.op_embedding, self.goal_right]
-                                                       if not expanded else [])
-        if idle and torch.is_grad_enabled():
-            # A zero term keeps the layers this batch did not use in the graph, so every parameter
-            # gets a gradient every step and data-parallel training need not search the autograd
-            # graph for unused ones (DDP's find_unused_parameters costs ~4% of a CPU step).
-            logits = logits + 0.0 * sum(p.sum() for m in idle for p in m.parameters())
-        S = target.size(1)
-        return TreeOutput(
-            logits=logits,
-            gold=plan.goal_gold,
-            batch_index=plan.goal_batch,
-            position=plan.goal_node % S,
-        )
+        return torch.cat(logits), expanded
 
     @staticmethod
     def loss(out: TreeOutput) -> torch.Tensor:
