@@ -196,31 +196,8 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
         ids = [i for i in ids if i in kept]
     file_order = {i: n for n, i in enumerate(ids)}
     text = {p.id: text_key(p) for p in problems}
-    folds: list[list[str]] = [[] for _ in range(n_folds)]
-    fold_groups: list[list[list[str]]] = [[] for _ in range(n_folds)]
-    if scheme == "grouped":
-        shuffled = _text_groups(ids, text)
-        random.Random(seed).shuffle(shuffled)
-        for group in shuffled:
-            k = min(range(n_folds), key=lambda j: len(folds[j]))
-            folds[k] += group
-            fold_groups[k].append(group)
-    else:
-        size = int(len(ids) / n_folds)
-        folds = [ids[k * size:(k + 1) * size] for k in range(n_folds - 1)] + [ids[(n_folds - 1) * size:]]
-    valid = []
-    for k in range(n_folds):  # never looks at fold k
-        if scheme == "grouped":
-            rest = [g for j in range(n_folds) if j != k for g in fold_groups[j]]
-        else:  # a text may sit in two training folds: group across them
-            rest = _text_groups([i for j in range(n_folds) if j != k for i in folds[j]], text)
-        random.Random(seed * 1000 + k).shuffle(rest)
-        target, chosen = round(valid_fraction * sum(map(len, rest))), []
-        for group in rest:
-            if len(chosen) >= target:
-                break
-            chosen += group
-        valid.append(sorted(chosen, key=file_order.get))
+    folds = _folds(ids, text, n_folds, seed, scheme)
+    valid = [sorted(_valid_slice(folds, k, text, seed, valid_fraction), key=file_order.get) for k in range(n_folds)]
     spec = {
         "dataset": "mawps",
         "scheme": scheme,
@@ -241,6 +218,32 @@ def make_mawps_folds(problems: list[Problem], n_folds: int = MAWPS_N_FOLDS, seed
     if outside:
         spec["outside"] = outside
     return spec
+
+
+def _folds(ids: list[str], text: dict[str, str], n_folds: int, seed: int, scheme: str) -> list[list[str]]:
+    """The problems of each fold, cut by ``scheme`` (``make_mawps_folds``)."""
+    if scheme != "grouped":
+        size = int(len(ids) / n_folds)
+        return [ids[k * size:(k + 1) * size] for k in range(n_folds - 1)] + [ids[(n_folds - 1) * size:]]
+    groups = _text_groups(ids, text)
+    random.Random(seed).shuffle(groups)
+    folds: list[list[str]] = [[] for _ in range(n_folds)]
+    for group in groups:
+        min(folds, key=len).extend(group)  # the first of the smallest folds
+    return folds
+
+
+def _valid_slice(folds: list[list[str]], k: int, text: dict[str, str], seed: int, valid_fraction: float) -> list[str]:
+    """Fold k's validation ids: seeded whole text groups of the other folds (a text in two of them
+    is one group) until about ``valid_fraction`` of their problems. Never looks at fold k."""
+    rest = _text_groups([i for j, fold in enumerate(folds) if j != k for i in fold], text)
+    random.Random(seed * 1000 + k).shuffle(rest)
+    target, chosen = round(valid_fraction * sum(map(len, rest))), []
+    for group in rest:
+        if len(chosen) >= target:
+            break
+        chosen += group
+    return chosen
 
 
 def graph2tree_kept_ids() -> list[str]:
