@@ -163,13 +163,15 @@ class Solver(nn.Module):
         self._check_targets(batch)
         batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
         batch.shape = None
+        if shape is not None:
+            return self.padded(batch, shape)  # which lays out the padded graph and lengths
         batch.graph_layout = self.encoder.graph_layout(batch)
         batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
-        return batch if shape is None else self.padded(batch, shape)
+        return batch
 
     def padded(self, planned: Batch, shape: Shape) -> Batch:
-        """A batch planned without a shape (``plan``), padded to one: its tree plan is padded, not
-        made again (``plan(batch, shape)``)."""
+        """A batch planned without a shape (``plan``; only its tree plan is read), padded to one: its
+        tree plan is padded, not made again (``plan(batch, shape)``)."""
         if len(planned) != shape.problems:
             raise ValueError(f"a batch of {len(planned)} problems cannot be padded to {shape.problems}")
         batch = planned.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,

@@ -127,7 +127,9 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
                                 seed=cfg.train.seed, variant=cfg.data.graph))
     steps.learn(batches)
     captured = set()
-    for batch in batches:
+    for batch in batches:  # every shape learned fits some full batch of these
+        if len(captured) == len(steps.buckets):
+            break
         planned = steps.plan(batch)
         if planned.shape is not None and planned.shape not in captured:
             captured.add(planned.shape)
