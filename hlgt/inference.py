@@ -14,16 +14,16 @@ decoding settings a caller may change (beam size, ``bf16_inference``) are argume
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from hlgt.config import Config
 from hlgt.data.collate import collate
 from hlgt.expr import ExprError, prefix_to_infix
-from hlgt.model.solver import Solver, even_step
+from hlgt.model.solver import Solver, even_step, read_json_object
 
 RUN_CONFIG_FILE = "run_config.json"
 # ``predict`` encodes up to ENCODE_BATCHES x batch_size problems at once and beam-searches slices
@@ -47,7 +47,15 @@ def run_config(model_dir: str | Path) -> dict[str, Any]:
     path = Path(model_dir) / RUN_CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: --model must be a best/ folder written by training")
-    return json.loads(path.read_text(encoding="utf-8"))["config"]
+    return read_json_object(path, _checked_config)
+
+
+def _checked_config(content: dict) -> dict[str, Any]:
+    flat = content.get("config")
+    if not isinstance(flat, dict):
+        raise ValueError('no "config" object')
+    Config.from_flat(flat)  # unknown keys or bad values: a hand-edited file
+    return flat
 
 
 @lru_cache(maxsize=4)

@@ -1,4 +1,7 @@
 """Inference: loading a model folder, batched prediction in row order, readable equations and answers."""
+import json
+import shutil
+
 import pytest
 import torch
 
@@ -57,3 +60,17 @@ def test_load_model_shares_one_solver_and_copies_the_config(model_dir):
     assert again is solver and not solver.training
     assert flat_again == flat and flat_again is not flat
     assert flat["data.dataset"] == "sample"
+
+
+@pytest.mark.parametrize("edit, fault", [
+    (lambda run: {}, 'no "config" object'),
+    (lambda run: {**run, "config": {**run["config"], "model.bogus": 3}}, r"unknown config keys \['model.bogus'\]"),
+    (lambda run: {**run, "config": {**run["config"], "model.heads": 0}}, "bad config: model.heads=0"),
+])
+def test_a_damaged_run_config_names_the_file(model_dir, tmp_path, edit, fault):
+    copy = tmp_path / "best"
+    shutil.copytree(model_dir, copy)
+    path = copy / "run_config.json"
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    with pytest.raises(ValueError, match=f"run_config.json is damaged: {fault}"):
+        load_model(copy)

@@ -532,3 +532,25 @@ def test_a_shape_too_small_for_a_batch_is_an_error():
         _planned(model, rows, shallow)
     with pytest.raises(ValueError, match="a batch of 5 problems cannot be padded to 6"):
         _planned(model, rows[:5], own)
+
+
+@pytest.mark.parametrize("name, content, fault", [
+    ("model.pt", b"PK\x03\x04 cut short", r"cannot load .*model\.pt: "),
+    ("vocab.json", b'{"words": 5}', r"vocab\.json is damaged: a vocabulary is an object with 'words' and 'outputs'"),
+    ("vocab.json", b'{"words": ["a"]}', r"vocab\.json is damaged: a vocabulary"),
+    ("config.json", b"", r"config\.json is damaged: Expecting value"),
+    ("config.json", b"[1]", r"config\.json is damaged: a JSON object expected, not list"),
+])
+def test_a_damaged_model_folder_names_the_file(tmp_path, name, content, fault):
+    solver(encoder="none").save(tmp_path / "m")
+    (tmp_path / "m" / name).write_bytes(content)
+    with pytest.raises(ValueError, match=fault):
+        Solver.load(tmp_path / "m")
+
+
+def test_weights_of_other_sizes_than_the_config_name_the_first_mismatch(tmp_path):
+    solver(encoder="none").save(tmp_path / "m")
+    flat = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**flat, "model.hidden_size": 16}))
+    with pytest.raises(ValueError, match=r"model\.pt: size mismatch for "):
+        Solver.load(tmp_path / "m")

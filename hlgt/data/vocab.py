@@ -77,6 +77,10 @@ class Vocab:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Vocab":
+        """The vocabulary ``to_dict`` wrote; anything else is a ValueError saying what it lacks."""
+        lists = [d.get(key) for key in ("words", "outputs")]
+        if not all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in lists):
+            raise ValueError("a vocabulary is an object with 'words' and 'outputs', each a list of strings")
         return cls(words=list(d["words"]), outputs=list(d["outputs"]))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,20 +283,43 @@ class Solver(nn.Module):
         missing = [n for n in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE) if not (directory / n).is_file()]
         if missing:
             raise FileNotFoundError(f"{directory} is not a saved Solver: missing {missing}")
-        flat = json.loads((directory / CONFIG_FILE).read_text())
+        flat = read_json_object(directory / CONFIG_FILE)
         stored = stored_weights_format(flat)
         if stored != WEIGHTS_FORMAT:
             raise ValueError(f"{directory} holds weights of format {stored}; this "
                              f"version computes format {WEIGHTS_FORMAT} (see WEIGHTS_FORMAT in "
                              f"hlgt/model/solver.py): retrain, or load it with the version that saved it")
         cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
-        vocab = Vocab.from_dict(json.loads((directory / VOCAB_FILE).read_text()))
+        vocab = read_json_object(directory / VOCAB_FILE, Vocab.from_dict)
         solver = cls(cfg, vocab)
-        state = torch.load(directory / WEIGHTS_FILE, map_location=map_location, weights_only=True)
-        solver.load_state_dict(state)
+        try:
+            solver.load_state_dict(torch.load(directory / WEIGHTS_FILE, map_location=map_location, weights_only=True))
+        except (RuntimeError, pickle.UnpicklingError, EOFError) as error:
+            # A cut or overwritten file, or weights of other sizes than config.json describes.
+            raise ValueError(f"cannot load {directory / WEIGHTS_FILE}: {_first_fault(error)}") from error
         if isinstance(map_location, (str, torch.device)):
             solver.to(map_location)
         return solver
+
+
+def read_json_object(path: Path, parse=dict) -> Any:
+    """``parse`` of the JSON object in ``path``; a file that is not what it should be is a
+    ValueError naming it (a model folder copied by hand may hold a cut or edited file)."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(content, dict):
+            raise ValueError(f"a JSON object expected, not {type(content).__name__}")
+        return parse(content)
+    except (ValueError, KeyError) as error:
+        raise ValueError(f"{path} is damaged: {error}") from error
+
+
+def _first_fault(error: Exception) -> str:
+    """The first line that names a fault in torch's message: load_state_dict heads its list of
+    mismatches with a line ending in a colon; the zip reader's first sentence names the fault."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    line = lines[1] if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return line.split(". ")[0]
 
 
 def even_step(n: int, most: int) -> int:
