@@ -160,6 +160,17 @@ def test_submit_runs_a_job_and_reports_its_failure(local_ray_with_jobs):
 
 
 @pytest.mark.ray
+def test_submit_builds_shards_on_the_jobs_cluster(local_ray_with_jobs, tmp_path):
+    # The job's command joins the job's cluster (RAY_ADDRESS), asking it for no CPUs of its own.
+    address, env = local_ray_with_jobs
+    done = _submit(address, env, "python", "-m", "hlgt.data.build", "--dataset", "sample", "--actors", "1",
+                   "--out", str(tmp_path / "sample"), timeout=300)
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "Traceback" not in done.stdout  # Ray Data's iterator ends before Ray shuts down
+    assert json.loads((tmp_path / "sample" / "manifest.json").read_text())["build"]["actors"] == 1
+
+
+@pytest.mark.ray
 @pytest.mark.slow
 def test_submit_runs_the_smoke_sweep(local_ray_with_jobs, tmp_path):
     address, env = local_ray_with_jobs

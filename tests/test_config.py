@@ -22,6 +22,14 @@ def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
     assert C.storage_root(None, "elsewhere", "runs") == str(tmp_path / "runs")
 
 
+def test_a_command_runs_its_own_ray_unless_given_one(monkeypatch):
+    # Not whatever `ray start` left on this machine; a Ray job's command runs on the job's cluster.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert C.ray_address(None) == "local" and C.ray_address("auto") == "auto"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert C.ray_address(None) == "10.0.0.5:6379" and C.ray_address("ray://head:10001") == "ray://head:10001"
+
+
 def test_is_uri():
     assert C.is_uri("s3://bucket/x") and C.is_uri("gs://b")
     assert not C.is_uri("/mnt/nfs/hlgt") and not C.is_uri("runs/sweeps")

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hlgt.config import Config, DataConfig
+from hlgt.config import Config, DataConfig, ray_address
 from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
@@ -431,12 +431,11 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
         print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
               f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
         started_ray = _start_ray(address, actors) if use_ray else False
+        results: Iterator[pa.Table] = iter(())
         try:
-            if table.num_rows == 0:
-                results = iter(())
-            elif use_ray:
+            if table.num_rows and use_ray:
                 results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, max(actors, 1), batch_size)
-            else:
+            elif table.num_rows:
                 results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, cfg.data.dataset)
             start, done = time.perf_counter(), 0
             for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
@@ -463,6 +462,8 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
             print(f"[build] annotated {table.num_rows} problems in {manifest['build']['annotation_seconds']} s "
                   f"({manifest['build']['problems_per_s']} problems/s)", flush=True)
         finally:
+            if hasattr(results, "close"):
+                results.close()  # a Ray Data iterator reports its end to Ray: while Ray still runs
             if started_ray:
                 import ray
 
@@ -547,17 +548,21 @@ def _write_manifest(out: Path, manifest: dict) -> None:
 
 
 def _start_ray(address: str | None, actors: int) -> bool:
-    """Connect to ``address`` or start a local Ray; False when Ray was already running (not ours)."""
+    """Connect to ``address``, or to the cluster of the Ray job this command runs in, or start a
+    local Ray (``hlgt.config.ray_address``); False when Ray was already running (not ours)."""
     import ray
 
     if ray.is_initialized():
         return False
     quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
-    if address:
+    target = ray_address(address)
+    if target == "local":
+        ray.init(address=target, num_cpus=max(actors, os.cpu_count() or 1), include_dashboard=False, **quiet)
+    elif address:
         # Ship this package to the cluster's workers so the actors import the same code.
-        ray.init(address=address, runtime_env={"py_modules": [str(REPO_ROOT / "hlgt")]}, **quiet)
+        ray.init(address=target, runtime_env={"py_modules": [str(REPO_ROOT / "hlgt")]}, **quiet)
     else:
-        ray.init(num_cpus=max(actors, os.cpu_count() or 1), include_dashboard=False, **quiet)
+        ray.init(address=target, **quiet)  # a Ray job's runtime environment ships its tree already
     return True
 
 

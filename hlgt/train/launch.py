@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hlgt import config as C
-from hlgt.config import Config, is_uri
+from hlgt.config import Config, is_uri, ray_address
 from hlgt.train import loop, tracking
 
 SPLITS = ("train", "valid", "test")
@@ -35,7 +35,8 @@ def ray_available() -> bool:
 
 
 def init_ray(address: str | None = None, workers_to_console: bool = True) -> None:
-    """Connect to ``address`` (``auto``, ``ray://...``, host:port) or start a local Ray.
+    """Connect to ``address`` (``auto``, ``ray://...``, host:port) or, without one, to the cluster
+    of the Ray job this command runs in, else start a local Ray (``hlgt.config.ray_address``).
 
     A local Ray starts with its dashboard: Ray Train's PlacementGroupCleaner asks the state API
     (served by the dashboard) whether a run's controller is alive, and without it the placement
@@ -48,7 +49,8 @@ def init_ray(address: str | None = None, workers_to_console: bool = True) -> Non
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=True if address is None else None,
+        address = ray_address(address)
+        ray.init(address=address, include_dashboard=True if address == "local" else None,
                  log_to_driver=workers_to_console, logging_level=logging.INFO if workers_to_console else logging.WARNING)
 
 
