@@ -6,10 +6,14 @@ files: ValueError (with its subclasses: bad config keys and values, JSON and Par
 parse), KeyError and OSError (missing, unreadable or unwritable files and folders). Anything else
 is a bug and keeps its traceback.
 
+``positive_int``, ``non_negative_int`` and ``device`` are argparse types: argparse names the option
+of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a command's own flags set.
+
 ``Progress`` reports a long step (annotating, evaluating, solving a file) as it goes.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -38,6 +42,47 @@ def run_command(main: Callable[[list[str]], int], prog: str, argv: Sequence[str]
             raise
         print(f"{prog}: error: {message(error)}  (--debug shows the traceback)", file=sys.stderr)
         return 2
+
+
+def _int(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects an integer, got {text!r}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _int(text, 1, ">= 1")
+
+
+def non_negative_int(text: str) -> int:
+    return _int(text, 0, ">= 0")
+
+
+def device(text: str) -> str:
+    """A torch device this machine has: checked before any model or data is loaded."""
+    import torch  # here: commands whose --help does without torch import this module
+
+    try:
+        parsed = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"not a torch device: {text!r} (cpu, cuda, cuda:1, ...)")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r} asked for, but torch sees no CUDA device here")
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return text
+
+
+def refuse_flag_keys(overrides: dict, flag_keys: dict[str, str]) -> None:
+    """``ValueError`` when ``--set`` names a config key that one of the command's flags sets
+    (``flag_keys``: key -> flag): which of the two should win would be a guess."""
+    for key, flag in flag_keys.items():
+        if key in overrides:
+            raise ValueError(f"--set {key}=... and {flag} both set {key}: use {flag}")
 
 
 class Progress:

@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlgt.cli import Progress, positive_int
 from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
@@ -114,31 +116,49 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
 def read_requests(path: str | Path) -> list[tuple[str, str | None, str | None]]:
     """A ``--file``'s lines as (id, text, error): JSON objects with ``text`` and an optional ``id``
     (default: the line number); a line that is not such an object gets an error, blank lines none."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")  # not splitlines: JSON strings may hold U+2028
+    except UnicodeDecodeError as e:
+        raise ValueError(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start}); --file takes "
+                         "JSON Lines") from None
     out = []
-    with open(path, encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                out.append((str(number), None, f"line {number} is not JSON ({e.msg})"))
-                continue
-            pid = str(record.get("id", number)) if isinstance(record, dict) else str(number)
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                out.append((pid, None, f"line {number} is not an object with a \"text\" string"))
-                continue
-            out.append((pid, record["text"], None))
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            out.append((str(number), None, f"line {number} is not JSON ({e.msg})"))
+            continue
+        pid = str(record.get("id", number)) if isinstance(record, dict) else str(number)
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            out.append((pid, None, f"line {number} is not an object with a \"text\" string"))
+            continue
+        out.append((pid, record["text"], None))
     return out
+
+
+def check_out(in_path: str | Path, out_path: str | Path) -> None:
+    """Refuse, before anything is solved, an ``out_path`` that would overwrite ``in_path`` or that
+    cannot be written (a folder, in a missing or read-only folder)."""
+    out = Path(out_path)
+    if out.resolve() == Path(in_path).resolve():
+        raise ValueError(f"--out {out_path} is the --file itself: the answers would overwrite the problems")
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {out_path} is a folder: give the answers' file name")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"--out {out_path}: there is no folder {out.parent}")
+    if not os.access(out.parent, os.W_OK):
+        raise PermissionError(f"--out {out_path}: the folder {out.parent} is not writable")
 
 
 def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path, lang: str | None = None,
                annotator: str | None = None, beam_size: int | None = None) -> tuple[int, int]:
     """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
     order: id, equation and answer, or id and error); returns (solved, errors)."""
-    from hlgt.cli import Progress
     from hlgt.inference import format_answer, load_model
 
+    check_out(in_path, out_path)
     requests = read_requests(in_path)
     solver, flat = load_model(model_dir)
     annotate = model_annotator(flat, annotator)
@@ -172,12 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
     p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: guessed from each text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
-    p.add_argument("--beam-size", type=int, default=None)
+    p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
     p.add_argument("--file", default=None, help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out)")
     p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
     p.add_argument("text", nargs="*", help="the problem text")
     args = p.parse_args(argv)
-    if bool(args.file) == bool(args.text) or bool(args.file) != bool(args.out):
+    if args.text and (args.file or args.out):
+        p.error("--file and --out go together, for a file of problems: give them or a problem text")
+    if not args.text and not (args.file and args.out):
         p.error("give a problem text, or --file FILE with --out FILE")
     if args.file:
         solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,

@@ -12,7 +12,7 @@ from hlgt.train.bench import main
 def test_bench_prints_both_arms_with_bf16_decoding(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))  # shards built under tmp_path
     assert main(["--dataset", "sample", "--ablation", "full,gts", "--limit", "32", "--decode-limit", "8",
-                 "--batch-size", "16", "--embedding", "8", "--hidden", "16", "--beam", "2", "--threads", "1",
+                 "--batch-size", "16", "--embedding", "8", "--hidden", "16", "--beam-size", "2", "--threads", "1",
                  "--bf16", "--set", "model.heads=2", "--set", "model.layers=1"]) == 0
     out = capsys.readouterr().out
     assert "8 held-out problems decoded (8 training, 0 validation)" in out
@@ -22,8 +22,32 @@ def test_bench_prints_both_arms_with_bf16_decoding(tmp_path, capsys, monkeypatch
 
 
 def test_bench_rejects_unknown_arms():
-    with pytest.raises(SystemExit, match="unknown ablation arm 'nope'"):
+    with pytest.raises(ValueError, match="unknown ablation arm 'nope'"):
         main(["--dataset", "sample", "--arms", "full,nope"])  # --arms: the older name of --ablation
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--profile", "0"], "argument --profile: must be >= 1, got 0"),  # not "no profile": the full benchmark
+    (["--beam-size", "0"], "argument --beam-size: must be >= 1, got 0"),
+    (["--limit", "-1"], "argument --limit: must be >= 1, got -1"),
+    (["--device", "foo"], "argument --device: not a torch device: 'foo'"),
+    (["--profile", "2", "--replay", "2"], "argument --replay: not allowed with argument --profile"),
+])
+def test_bench_refuses_bad_options_naming_them(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        main(["--dataset", "sample", *argv])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_set_may_not_name_a_key_a_flag_of_the_command_sets():
+    with pytest.raises(ValueError, match="--set model.hidden_size=... and --hidden both set model.hidden_size"):
+        main(["--dataset", "sample", "--hidden", "32", "--set", "model.hidden_size=64"])
+
+
+def test_too_few_rows_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    with pytest.raises(ValueError, match="only 2 training rows: need at least two batches"):
+        main(["--dataset", "sample", "--limit", "2", "--batch-size", "16"])
 
 
 def _profile(tmp_path, steps: int = 2, **flat) -> dict:
@@ -106,14 +130,14 @@ def test_time_steps_prints_the_host_side_on_the_cpu(tmp_path, capsys, monkeypatc
     assert float(line.split()[2]) > 0 and "GPU" not in line
     outside, inside = (float(x) for x in re.findall(r"([\d.]+) ms (?:outside|in them)", line))
     assert outside > 0 and inside > 0 and outside + inside == pytest.approx(float(line.split()[2]), abs=0.11)
-    with pytest.raises(SystemExit, match=r"3 batches: --time-steps 100 needs 101 \(raise --limit\)"):
+    with pytest.raises(ValueError, match=r"3 batches: --time-steps 100 needs 101 \(raise --limit\)"):
         main(["--dataset", "sample", "--ablation", "full", "--limit", "48", "--batch-size", "16", "--embedding", "8",
               "--hidden", "16", "--threads", "1", "--device", "cpu", "--time-steps", "100"])
 
 
 def test_replay_needs_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
-    with pytest.raises(SystemExit, match=r"--replay captures a CUDA graph: it needs a GPU \(--device cuda\)"):
+    with pytest.raises(ValueError, match=r"--replay captures a CUDA graph: it needs a GPU \(--device cuda\)"):
         main(["--dataset", "sample", "--ablation", "gts", "--limit", "48", "--batch-size", "16", "--embedding", "8",
               "--hidden", "16", "--threads", "1", "--device", "cpu", "--replay", "2"])
 
@@ -137,6 +161,6 @@ def test_kernel_profile_counts_no_kernels_on_the_cpu():
 
 def test_cuda_graphs_need_a_gpu_to_be_timed(tmp_path, monkeypatch):
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
-    with pytest.raises(SystemExit, match="train.cuda_graphs captures CUDA graphs: it needs a GPU"):
+    with pytest.raises(ValueError, match="train.cuda_graphs captures CUDA graphs: it needs a GPU"):
         main(["--dataset", "sample", "--ablation", "gts", "--limit", "48", "--batch-size", "16", "--embedding", "8",
               "--hidden", "16", "--threads", "1", "--device", "cpu", "--set", "train.cuda_graphs=true"])

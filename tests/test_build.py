@@ -169,6 +169,30 @@ def test_default_folder_and_cli(tmp_path, monkeypatch):
         main(["--dataset", "sample", "--actors", "1,2"])  # a list only with --bench
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--batch-size", "-1", "must be >= 1, got -1"),  # it left an empty train.partial/ behind
+    ("--batch-size", "0", "must be >= 1, got 0"),
+    ("--min-word-freq", "-1", "must be >= 0, got -1"),
+])
+def test_cli_refuses_a_bad_number_naming_its_option_before_building(tmp_path, capsys, option, value, message):
+    from hlgt.data.build import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--dataset", "sample", "--no-ray", "--out", str(tmp_path / "out"), option, value])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"python -m hlgt.data.build: error: argument {option}: {message}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_help_names_every_dataset_it_takes(capsys):
+    from hlgt.data.build import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "usage: python -m hlgt.data.build" in (out := capsys.readouterr().out)
+    assert all(name in out for name in ("sample_zh", "sample_en", "math23k", "mawps", "ape210k"))
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hlgt.cli import run_command
+from hlgt.cli import non_negative_int, positive_int, refuse_flag_keys, run_command
 
 
 def command(*args, debug=False):
@@ -53,3 +53,19 @@ def test_run_keeps_bugs_loud_and_strips_debug(capsys, monkeypatch):
 
     with pytest.raises(TypeError):
         run_command(buggy, "prog", [])
+
+
+def test_number_types_name_the_bound():
+    import argparse
+
+    assert positive_int("3") == 3 and non_negative_int("0") == 0
+    for kind, text, message in ((positive_int, "0", "must be >= 1, got 0"), (non_negative_int, "-1", "must be >= 0"),
+                                (positive_int, "x", "expects an integer, got 'x'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            kind(text)
+
+
+def test_set_may_not_name_a_key_a_flag_sets():
+    refuse_flag_keys({"model.heads": 2}, {"train.epochs": "--epochs"})
+    with pytest.raises(ValueError, match="--set train.epochs=... and --epochs both set train.epochs"):
+        refuse_flag_keys({"train.epochs": 3}, {"train.epochs": "--epochs"})

@@ -45,8 +45,28 @@ def test_arms_are_checked_before_any_work():
         parse_arms("gts,nope")
     with pytest.raises(ValueError, match="twice"):
         parse_arms("gts,gts")
-    with pytest.raises(SystemExit, match="unknown config keys"):
+    with pytest.raises(ValueError, match="unknown config keys"):
         main([*TINY, "--arms", "full+model.nope=1"])  # --arms: the older name of --ablation
+    with pytest.raises(ValueError, match="unknown ablation arm 'foo'"):
+        main([*TINY, "--ablation", "foo"])
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--epochs", "0", "must be >= 1, got 0"),
+    ("--limit", "-5", "must be >= 1, got -5"),
+    ("--threads", "-1", "must be >= 0, got -1"),
+    ("--jobs", "-1", "must be >= 0, got -1"),
+    ("--device", "foo", "not a torch device"),
+])
+def test_a_bad_number_or_device_is_refused_naming_its_option(capsys, option, value, message):
+    with pytest.raises(SystemExit) as stop:
+        main([*TINY, option, value])
+    assert stop.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
+
+
+def test_set_may_not_name_a_key_a_flag_of_the_command_sets():
+    with pytest.raises(ValueError, match="--set train.epochs=... and --epochs both set train.epochs"):
+        main([*TINY, "--epochs", "1", "--set", "train.epochs=3"])
 
 
 def test_progress_shows_epochs_and_how_their_batches_ran(capsys):

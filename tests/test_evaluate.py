@@ -133,6 +133,25 @@ def test_cli_takes_no_abbreviated_option(capsys):
     assert "--data evaluates a file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--batch-size", "0", "must be >= 1, got 0"),
+    ("--beam-size", "0", "must be >= 1, got 0"),  # not read as "the model's"
+    ("--threads", "-2", "must be >= 0, got -2"),
+    ("--device", "foo", "not a torch device: 'foo'"),
+])
+def test_cli_refuses_a_bad_number_or_device_naming_its_option(capsys, option, value, message):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model", "m", option, value])
+    assert stop.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
+
+
+def test_cli_refuses_cuda_on_a_machine_without_it(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        main(["--model", "m", "--device", "cuda"])
+    assert "argument --device: 'cuda' asked for, but torch sees no CUDA device here" in capsys.readouterr().err
+
+
 def _problem_file(path, records, layout):
     if layout == "math23k":  # pretty-printed objects one after another
         text = "".join(json.dumps(r, ensure_ascii=False, indent=4) + "\n" for r in records)

@@ -59,3 +59,9 @@ def test_report_on_real_mawps_counts_test_texts_seen_in_training(capsys, scheme,
     assert main(["--data-dir", str(real_data), "--dataset", "mawps", "--fold", "0", "--mawps-folds", scheme]) == 0
     out = capsys.readouterr().out
     assert f"text is in train or valid ({scheme} folds): {seen}\n" in out
+
+
+def test_bad_numbers_are_refused_naming_the_option_and_the_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--max-tokens", "0"])
+    assert "python -m hlgt.data.report: error: argument --max-tokens: must be >= 1, got 0" in capsys.readouterr().err

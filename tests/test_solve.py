@@ -1,11 +1,13 @@
 """Solving new problems: tokenising raw text, and the CLI on a model trained briefly on the sample
 data (``model_dir``, tests/conftest.py)."""
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from hlgt.expr import infix_to_prefix, tokenize_infix
-from hlgt.solve import main, solve_text, tokenize
+from hlgt.solve import main, read_requests, solve_text, tokenize
 
 ZH = "一根绳子长12米，用去了(1/4)，还剩多少米？"
 EN = "A farmer has 120 apples. He sells 3/4 of them. How many apples does he sell?"
@@ -86,8 +88,6 @@ def test_cli_takes_no_abbreviated_option(capsys):
 
 
 def test_a_file_of_problems_is_solved_in_order_with_an_error_entry_per_bad_line(model_dir, tmp_path, capsys):
-    import json
-
     problems = tmp_path / "problems.jsonl"
     problems.write_text("\n".join([
         json.dumps({"id": "a", "text": ZH}, ensure_ascii=False),
@@ -111,7 +111,37 @@ def test_a_file_of_problems_is_solved_in_order_with_an_error_entry_per_bad_line(
 
 
 def test_file_and_text_are_one_or_the_other(capsys):
-    for argv in (["--model", "m"], ["--model", "m", "--file", "f.jsonl"], ["--model", "m", "--file", "f", "--out", "o", "x"]):
+    for argv in (["--model", "m"], ["--model", "m", "--file", "f.jsonl"]):
         with pytest.raises(SystemExit):
             main(argv)
         assert "give a problem text, or --file FILE with --out FILE" in capsys.readouterr().err
+    for argv in (["--model", "m", "--out", "o.jsonl", "x"], ["--model", "m", "--file", "f", "--out", "o", "x"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "--file and --out go together" in capsys.readouterr().err
+
+
+def test_a_beam_of_zero_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["--model", "m", "--beam-size", "0", EN])
+    assert "argument --beam-size: must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out, message", [
+    ("problems.jsonl", "is the --file itself"),
+    (".", "is a folder"),
+    ("missing/answers.jsonl", "there is no folder"),
+])
+def test_an_out_that_cannot_take_the_answers_is_refused_before_solving(tmp_path, monkeypatch, out, message):
+    monkeypatch.chdir(tmp_path)
+    Path("problems.jsonl").write_text(json.dumps({"text": EN}) + "\n", encoding="utf-8")
+    # No model folder: the refusal comes before the model is loaded.
+    with pytest.raises(OSError if message != "is the --file itself" else ValueError, match=message):
+        main(["--model", "no/model", "--file", "./problems.jsonl", "--out", out])
+
+
+def test_a_file_that_is_not_text_is_named(tmp_path):
+    shard = tmp_path / "shard.parquet"
+    shard.write_bytes(b"PAR1\xff\xfe\x00")
+    with pytest.raises(ValueError, match=f"cannot read {shard}: not UTF-8"):
+        read_requests(shard)

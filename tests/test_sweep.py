@@ -166,20 +166,34 @@ def test_an_arm_trains_each_distinct_model_once(tmp_path):
 
 
 def test_command_line_errors_name_the_problem(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="sweep: unknown ablation arm 'nope'; the arms are full, "):
+    with pytest.raises(ValueError, match="unknown ablation arm 'nope'; the arms are full, "):
         command.main(["--ablation", "full,nope", "--storage", str(tmp_path)])
-    with pytest.raises(SystemExit, match="unknown config keys"):
+    with pytest.raises(ValueError, match="unknown config keys"):
         command.main(["--set", "model.nope=1", "--storage", str(tmp_path)])
     # Every point of the search space is checked before Ray starts or a shard is built.
-    with pytest.raises(SystemExit, match=r"sweep: trial full heads=3 .*model.heads=3 must be >= 1 and divide"):
+    with pytest.raises(ValueError, match=r"trial full heads=3 .*model.heads=3 must be >= 1 and divide"):
         command.main(["--heads", "3,4", "--grid", "--storage", str(tmp_path)])
-    with pytest.raises(SystemExit, match="expects int, got 'abc'"):
+    with pytest.raises(ValueError, match="expects int, got 'abc'"):
         command.main(["--heads", "abc", "--storage", str(tmp_path)])
-    with pytest.raises(SystemExit, match=r"fold=7 seed=1: bad config: data.fold=7 must lie in 0..4"):
+    with pytest.raises(ValueError, match=r"fold=7 seed=1: bad config: data.fold=7 must lie in 0..4"):
         command.main(["--dataset", "mawps", "--folds", "0,7", "--storage", str(tmp_path)])
-    with pytest.raises(SystemExit, match="data.mawps_valid=false leaves no validation split"):
+    with pytest.raises(ValueError, match="data.mawps_valid=false leaves no validation split"):
         command.main(["--dataset", "mawps", "--set", "data.mawps_valid=false", "--storage", str(tmp_path)])
+    with pytest.raises(ValueError, match="--seeds takes integers, got 'a', 'b'"):
+        command.main(["--seeds", "a,b", "--storage", str(tmp_path)])
+    space = tmp_path / "space.yaml"
+    for text, message in (("space: [", f"{space} is not valid YAML: while parsing"),
+                          ("- 1\n", f"{space}: expected a mapping"),
+                          ("num_samples: 0\n", "num_samples must be an integer >= 1, got 0")):
+        space.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
+    space.unlink()
     assert not any(tmp_path.iterdir())  # nothing was started or written
+    for n in ("0", "-2"):  # not "the default", not an empty plan
+        with pytest.raises(SystemExit):
+            command.build_parser().parse_args(["--num-samples", n])
+        assert "argument --num-samples: must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # no abbreviations: --abl is not --ablation
         command.build_parser().parse_args(["--abl", "gts"])
     assert "unrecognized arguments: --abl" in capsys.readouterr().err
@@ -200,7 +214,7 @@ def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
     assert command.make_plan(args).gpus_per_worker is None  # decided once Ray is up
     args = command.build_parser().parse_args(["--storage", str(tmp_path), "--gpus-per-trial", "0"])
     assert command.make_plan(args).gpus_per_worker == 0.0
-    with pytest.raises(SystemExit, match="must be >= 0"):
+    with pytest.raises(ValueError, match="must be >= 0"):
         command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])
 
 
@@ -263,7 +277,7 @@ def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_star
     save(root / "train" / "full-s0-r0-a" / "best", WEIGHTS_FORMAT)
     check_saved_weights(plan)  # this version's models: the sweep resumes
     save(root / "train" / "full-s0-r0-b" / "checkpoint_1" / "best", WEIGHTS_FORMAT - 1)
-    with pytest.raises(SystemExit, match=rf"holds models of weights format {WEIGHTS_FORMAT - 1} .*full-s0-r0-b.*"
+    with pytest.raises(ValueError, match=rf"holds models of weights format {WEIGHTS_FORMAT - 1} .*full-s0-r0-b.*"
                                          rf"computes format {WEIGHTS_FORMAT}: re-run with --fresh"):
         command.main(argv)
 
@@ -289,7 +303,7 @@ def test_a_sweep_trains_on_prebuilt_shards(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"one folder for folds \[0, 1\]: give a pattern with \{fold\}"):
         build_shards(plan, prebuilt=str(folder))
     # A folder built for another dataset is refused before Ray starts, with the command's prefix.
-    with pytest.raises(SystemExit, match=r"sweep: .* holds .*'dataset': 'sample'.* this run needs .*'dataset': 'mawps'"):
+    with pytest.raises(ValueError, match=r".* holds .*'dataset': 'sample'.* this run needs .*'dataset': 'mawps'"):
         command.main(["--dataset", "mawps", "--shards", str(folder), "--storage", str(tmp_path / "sweeps")])
 
 

@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hlgt.cli import positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
 from hlgt.sweep.plan import Plan, build_shards, check_saved_weights, check_trials, remove_earlier
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta-com", default=None, help="values for model.beta_com")
     p.add_argument("--lr", default=None, help="values for train.lr (searched only when given)")
     p.add_argument("--hidden", default=None, help="values for model.hidden_size (searched only when given)")
-    p.add_argument("--num-samples", type=int, default=None, help="configurations per arm (default 4)")
+    p.add_argument("--num-samples", type=positive_int, default=None, help="configurations per arm (default 4)")
     p.add_argument("--grid", action="store_true", help="try the whole product of the space instead of samples")
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--seeds", default=None, help="training seeds per configuration, e.g. 1,2,3")
@@ -104,7 +105,12 @@ def load_yaml(path: str | None) -> dict:
         return {}
     import yaml
 
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of {sorted(YAML_KEYS)}, got {type(data).__name__}")
     unknown = set(data) - YAML_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
@@ -118,6 +124,22 @@ def as_list(v: Any) -> list:
     if isinstance(v, str):
         return parse_values(v)
     return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def int_list(values: list, name: str) -> list[int]:
+    """``--seeds`` / ``--folds`` values (or the YAML's) as integers; ``name`` is said when one is not."""
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
+    if bad:
+        raise ValueError(f"{name} takes integers, got {', '.join(map(repr, bad))}")
+    return values
+
+
+def sample_count(args: argparse.Namespace, spec: dict) -> int:
+    """``--num-samples``, else the YAML's ``num_samples``, else 4 (1 for the smoke test)."""
+    n = args.num_samples or spec.get("num_samples", 1 if args.smoke_test else 4)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{args.space}: num_samples must be an integer >= 1, got {n!r}")
+    return n
 
 
 def base_overrides(args: argparse.Namespace, spec: dict, dataset: str) -> dict[str, Any]:
@@ -155,15 +177,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
     dataset = "sample" if args.smoke_test else (args.dataset or "mawps")
     base = base_overrides(args, spec, dataset)
     centre = Config.from_flat(base)
-    num_samples = args.num_samples or spec.get("num_samples") or (1 if args.smoke_test else 4)
-    samples = sample_configs(search_space(args, spec), centre.to_flat(), num_samples, seed=args.search_seed,
+    samples = sample_configs(search_space(args, spec), centre.to_flat(), sample_count(args, spec), seed=args.search_seed,
                              grid=args.grid)
     arms = ablation_arms(args.ablation or spec.get("ablation") or "full")
     if not args.no_reference and "full" not in arms:
         arms = ["full"] + arms
-    seeds = as_list(args.seeds) or as_list(spec.get("seeds")) or [centre.train.seed]
-    folds = as_list(args.folds) or as_list(spec.get("folds")) or [centre.data.fold]
-    replicates = [{"data.fold": int(f), "train.seed": int(s)} for f in folds for s in seeds]
+    seeds = int_list(as_list(args.seeds) or as_list(spec.get("seeds")), "--seeds") or [centre.train.seed]
+    folds = int_list(as_list(args.folds) or as_list(spec.get("folds")), "--folds") or [centre.data.fold]
+    replicates = [{"data.fold": f, "train.seed": s} for f in folds for s in seeds]
     name = args.name or ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80]
     storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
     plan = Plan(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
@@ -180,15 +201,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        plan = make_plan(args)
-        if args.fresh:
-            remove_earlier(plan)
-        else:
-            check_saved_weights(plan)
-        plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
-    except ValueError as e:  # an unknown arm, config key or value, a bad YAML file or shard folder: the message says which
-        raise SystemExit(f"sweep: {e}")
+    # Everything a mistake can be in (arms, config keys and values, the YAML file, the shard
+    # folder) is checked here, before Ray starts: a ValueError naming it ends the command.
+    plan = make_plan(args)
+    if args.fresh:
+        remove_earlier(plan)
+    else:
+        check_saved_weights(plan)
+    plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
     run(plan, address=args.address)
     return 0
 

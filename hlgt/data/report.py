@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from hlgt.cli import non_negative_int, positive_int
 from hlgt.data.clean import DROP_REASONS, MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import ReadResult
 from hlgt.data.splits import (DATASETS, MAWPS_FOLD_FILES, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir,
@@ -99,7 +100,8 @@ def report_dataset(dataset: str, data_dir: Path, folds: list[int], min_const_fre
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m hlgt.data.report", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--data-dir", default=None,
                         help="folder holding math23k/, mawps/, ape210k/ "
                              "(default: $HLGT_DATA_DIR or ../shared/datasets)")
@@ -108,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fold", default="all", help=f"MAWPS fold 0..{MAWPS_N_FOLDS - 1}, or 'all' (default)")
     parser.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
                         help="MAWPS fold scheme (see hlgt.data.splits)")
-    parser.add_argument("--min-const-freq", type=int, default=5,
+    parser.add_argument("--min-const-freq", type=non_negative_int, default=5,
                         help="a constant is kept when seen in >= N training equations")
-    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="longer problems are dropped, in every split")
+    parser.add_argument("--max-tokens", type=positive_int, default=MAX_TOKENS, help="longer problems are dropped, in every split")
     args = parser.parse_args(argv)
     folds = list(range(MAWPS_N_FOLDS)) if args.fold == "all" else [int(args.fold)]
     data_dir = resolve_data_dir(args.data_dir)

@@ -5,7 +5,7 @@
 
 Both arms in the same process, on the same problems, with the same sizes (batch 64, embedding
 128, hidden 512 by default): one timed training pass over the first ``--limit`` training rows
-(problems/s; the first batch is a warm-up, not timed), then one timed beam-``--beam`` decoding
+(problems/s; the first batch is a warm-up, not timed), then one timed beam-``--beam-size`` decoding
 pass over the next ``--decode-limit`` training rows, problems the model has not trained on, as
 the GTS reference's own timing does (topped up from the validation split when the training split
 is too small) (problems/s). The timed pass's batches are collated before it, as the reference's
@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys
 from hlgt.config import ABLATIONS, Config, ablation_arms, parse_overrides
 
 
@@ -412,44 +413,41 @@ def kernel_profile(run, steps: int, device: torch.device) -> dict:
             "table": prof.key_averages().table(sort_by="self_device_time_total", row_limit=15)}
 
 
-def _arm_results(arms: list[str], measure_arm):
-    """``(arm, measure_arm(arm))`` for each arm, in order; a ``ValueError`` (too few batches for
-    the steps asked for, a setting the device cannot run) ends the command with its message."""
-    for arm in arms:
-        try:
-            result = measure_arm(arm)
-        except ValueError as e:
-            raise SystemExit(f"bench: {e}")
-        yield arm, result
+# The config keys this command's flags set: ``--set`` may not name them.
+FLAG_KEYS = {"data.dataset": "--dataset", "data.fold": "--fold", "data.data_dir": "--data-dir",
+             "train.batch_size": "--batch-size", "model.embedding_size": "--embedding", "model.hidden_size": "--hidden",
+             "model.beam_size": "--beam-size"}
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.bench", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
     p.add_argument("--dataset", default="mawps")
-    p.add_argument("--fold", type=int, default=0)
+    p.add_argument("--fold", type=non_negative_int, default=0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
     p.add_argument("--ablation", "--arms", dest="ablation", default="full,gts",
                    help="ablation arms to time, comma-separated, or 'all' (gts, when named, is the reference)")
-    p.add_argument("--limit", type=int, default=1600, help="training problems timed")
-    p.add_argument("--decode-limit", type=int, default=200, help="held-out problems decoded")
+    p.add_argument("--limit", type=positive_int, default=1600, help="training problems timed")
+    p.add_argument("--decode-limit", type=positive_int, default=200, help="held-out problems decoded")
     p.add_argument("--bf16", action="store_true", help="also time decoding with bfloat16 GRU products")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--embedding", type=int, default=128)
-    p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                   help="count operators and host syncs per training step over STEPS steps (CPU), time nothing")
-    p.add_argument("--time-steps", type=int, default=0, metavar="STEPS",
-                   help="wall time per training step against the GPU's kernel time over STEPS steps (torch.profiler), "
-                        "with the operators that take the most of each; nothing else")
-    p.add_argument("--replay", type=int, default=0, metavar="STEPS",
-                   help="one batch's training step run STEPS times eagerly, then captured as a CUDA graph and "
-                        "replayed STEPS times: the floor of a step without host work (GPU only); nothing else")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--embedding", type=positive_int, default=128)
+    p.add_argument("--hidden", type=positive_int, default=512)
+    p.add_argument("--beam-size", type=positive_int, default=5)
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override over every arm (repeatable); not of a key one of these flags sets")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--profile", type=positive_int, default=None, metavar="STEPS",
+                      help="count operators and host syncs per training step over STEPS steps (CPU), time nothing")
+    mode.add_argument("--time-steps", type=positive_int, default=None, metavar="STEPS",
+                      help="wall time per training step against the GPU's kernel time over STEPS steps "
+                           "(torch.profiler), with the operators that take the most of each; nothing else")
+    mode.add_argument("--replay", type=positive_int, default=None, metavar="STEPS",
+                      help="one batch's training step run STEPS times eagerly, then captured as a CUDA graph and "
+                           "replayed STEPS times: the floor of a step without host work (GPU only); nothing else")
     return p
 
 
@@ -474,26 +472,24 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     from hlgt.data.shards import load_rows, load_vocab, use_shards
 
     base = {"data.dataset": args.dataset, "data.fold": args.fold, "train.batch_size": args.batch_size,
-            "model.embedding_size": args.embedding, "model.hidden_size": args.hidden, "model.beam_size": args.beam,
+            "model.embedding_size": args.embedding, "model.hidden_size": args.hidden, "model.beam_size": args.beam_size,
             **({"data.data_dir": args.data_dir} if args.data_dir else {})}
     overrides = parse_overrides(args.set)
-    try:
-        arms = ablation_arms(args.ablation)
-    except ValueError as e:
-        raise SystemExit(str(e))
+    refuse_flag_keys(overrides, FLAG_KEYS)
+    arms = ablation_arms(args.ablation)
     cfg = Config.from_flat({**base, **overrides})
     shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
     vocab = load_vocab(shards)
     train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
     rows = train_rows[: args.limit]
     if len(rows) < 2 * args.batch_size:
-        raise SystemExit(f"only {len(rows)} training rows: need at least two batches to time")
+        raise ValueError(f"only {len(rows)} training rows: need at least two batches to time")
     decode_rows = train_rows[args.limit: args.limit + args.decode_limit]
     held_out = len(decode_rows)
     if held_out < args.decode_limit:
         decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
     if not decode_rows:
-        raise SystemExit("no held-out rows to decode")
+        raise ValueError("no held-out rows to decode")
     return _Inputs(args, arms, cfg, overrides, vocab, rows, decode_rows, held_out)
 
 
@@ -502,11 +498,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     run, device = _inputs(args), torch.device(args.device)
-    if args.profile > 0:
+    if args.profile is not None:
         _print_profile(run)
-    elif args.replay > 0:
+    elif args.replay is not None:
         _print_replay(run, device)
-    elif args.time_steps > 0:
+    elif args.time_steps is not None:
         _print_time_steps(run, device)
     else:
         _print_speed(run, device)
@@ -520,7 +516,8 @@ def _print_profile(run: _Inputs) -> None:
     print("\n| arm | aten ops / step | top-level | in the CPU BiGRUs | the rest (a GPU's share) | its top-level "
           "| of it launching a kernel | in the optimizer | host syncs / step | syncs by operator |"
           "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for arm, r in _arm_results(run.arms, lambda arm: profile_steps(run.arm_cfg(arm), run.rows, run.vocab, a.profile)):
+    for arm in run.arms:
+        r = profile_steps(run.arm_cfg(arm), run.rows, run.vocab, a.profile)
         by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
         print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
               f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
@@ -540,7 +537,8 @@ def _print_replay(run: _Inputs, device: torch.device) -> None:
         except RuntimeError as e:  # the step does what a capture forbids (a host sync, a CPU tensor read)
             return {"failed": str(e).splitlines()[0]}
 
-    for arm, r in _arm_results(run.arms, replayed):
+    for arm in run.arms:
+        r = replayed(arm)
         if "failed" in r:
             print(f"[bench] {arm}: capture failed: {r['failed']}", flush=True)
             continue
@@ -563,7 +561,8 @@ def _print_time_steps(run: _Inputs, device: torch.device) -> None:
     def timed(arm: str) -> dict:
         return time_steps(run.arm_cfg(arm), run.rows, run.vocab, device, a.time_steps)
 
-    for arm, r in _arm_results(run.arms, timed):
+    for arm in run.arms:
+        r = timed(arm)
         for side, table in r["tables"].items():
             print(f"\n[bench] {arm}: operators by {side} time\n{table}", flush=True)
         gpu, gru = r["device_ms_per_step"], r["cpu_gru_ms_per_step"]
@@ -581,7 +580,7 @@ def _print_speed(run: _Inputs, device: torch.device) -> None:
     print(f"[bench] {a.dataset} fold {a.fold}: {len(run.rows)} training problems, "
           f"{len(run.decode_rows)} held-out problems decoded ({run.held_out} training, "
           f"{len(run.decode_rows) - run.held_out} validation), batch {a.batch_size}, "
-          f"embedding {a.embedding}, hidden {a.hidden}, beam {a.beam}, device {device}, "
+          f"embedding {a.embedding}, hidden {a.hidden}, beam {a.beam_size}, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
 
     def measured(arm: str) -> dict:
@@ -591,7 +590,8 @@ def _print_speed(run: _Inputs, device: torch.device) -> None:
         return measure(cfg, run.rows, run.decode_rows, run.vocab, device, a.bf16)
 
     results = {}
-    for arm, r in _arm_results(run.arms, measured):
+    for arm in run.arms:
+        r = measured(arm)
         results[arm] = r
         low = (f", bf16 decode {r['decode_bf16_problems_per_s']:.1f} problems/s "
                f"({r['decode_bf16_changed']} of {r['decode_problems']} predictions differ)") if a.bf16 else ""
@@ -604,7 +604,7 @@ def _print_speed(run: _Inputs, device: torch.device) -> None:
               f"mean training loss {r['train_loss']:.4f}, host per batch: collating {r['collate_ms_per_batch']:.1f} ms "
               f"(not in the timed pass), planning {r['plan_ms_per_batch']:.1f} ms (in it), "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
-    _print_speed_table(results, a.beam, a.bf16)
+    _print_speed_table(results, a.beam_size, a.bf16)
 
 
 def _print_speed_table(results: dict[str, dict], beam: int, bf16: bool) -> None:

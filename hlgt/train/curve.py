@@ -28,6 +28,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from hlgt import config as C
+from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
 
@@ -36,22 +37,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hlgt.train.curve", description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
-    p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
+    p.add_argument("--fold", type=non_negative_int, default=0, help="MAWPS cross-validation fold (0..4)")
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES))
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
     p.add_argument("--ablation", "--arms", dest="ablation", default="gts,full",
                    help="ablation arms, comma-separated, or 'all'; ARM+KEY=VALUE adds overrides to one curve")
-    p.add_argument("--limit", type=int, default=6000, help="training problems (the first of the split)")
-    p.add_argument("--val-limit", type=int, default=1000, help="validation problems (the first of the split)")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--jobs", type=int, default=0, help="arms trained at once (0: one per CPU core, at most one per arm)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads per arm (0: cores / jobs)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--limit", type=positive_int, default=6000, help="training problems (the first of the split)")
+    p.add_argument("--val-limit", type=positive_int, default=1000, help="validation problems (the first of the split)")
+    p.add_argument("--epochs", type=positive_int, default=4)
+    p.add_argument("--jobs", type=non_negative_int, default=0,
+                   help="arms trained at once (0: one per CPU core, at most one per arm)")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads per arm (0: cores / jobs)")
+    p.add_argument("--device", type=device, default="cpu", help="cpu | cuda")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override over every arm (repeatable)")
+                   help="config override over every arm (repeatable); not of a key one of these flags sets")
     p.add_argument("--out", default=None, help="keep the runs and write curve.json / curve.md here")
     return p
+
+
+# The config keys this command's flags set: ``--set`` may not name them.
+FLAG_KEYS = {"data.dataset": "--dataset", "data.fold": "--fold", "data.mawps_folds": "--mawps-folds",
+             "data.data_dir": "--data-dir", "train.epochs": "--epochs", "train.threads": "--threads",
+             "train.use_gpu": "--device"}
 
 
 def parse_arms(text: str) -> list[str]:
@@ -75,7 +83,9 @@ def arm_config(args: argparse.Namespace, curve: str, threads: int) -> Config:
             "train.wandb": False, "train.threads": threads, "train.use_gpu": args.device != "cpu"}
     if args.data_dir:
         flat["data.data_dir"] = args.data_dir
-    return Config.from_flat({**flat, **parse_overrides(args.set), **parse_overrides(own)})
+    overrides = parse_overrides(args.set)
+    refuse_flag_keys(overrides, FLAG_KEYS)
+    return Config.from_flat({**flat, **overrides, **parse_overrides(own)})
 
 
 def progress(arm: str, message: str) -> None:
@@ -132,16 +142,11 @@ def curves_side_by_side(histories: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        arms = parse_arms(args.ablation)
-        if args.limit < 1 or args.val_limit < 1 or args.epochs < 1:
-            raise ValueError("--limit, --val-limit and --epochs must be >= 1")
-        cores = os.cpu_count() or 1
-        jobs = args.jobs or max(1, min(len(arms), cores))
-        threads = args.threads or max(1, cores // jobs)
-        configs = {arm: arm_config(args, arm, threads) for arm in arms}
-    except ValueError as e:
-        raise SystemExit(f"curve: {e}")
+    arms = parse_arms(args.ablation)
+    cores = os.cpu_count() or 1
+    jobs = args.jobs or max(1, min(len(arms), cores))
+    threads = args.threads or max(1, cores // jobs)
+    configs = {arm: arm_config(args, arm, threads) for arm in arms}
 
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import use_shards

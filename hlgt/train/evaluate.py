@@ -45,7 +45,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hlgt.config import Config
-from hlgt.cli import Progress
+from hlgt.cli import Progress, device, non_negative_int, positive_int
 from hlgt.data.build import FileRows, ensure_shards, file_rows
 from hlgt.data.collate import collate, trainable
 from hlgt.data.shards import load_rows, use_shards
@@ -249,11 +249,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="evaluate on this problem file instead (benchmark format, or JSON/JSONL of id, original_text, equation and/or ans)")
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (default: built or reused from the run config)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default: the run config's)")
-    p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
+    p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
     p.add_argument("--bf16", action="store_true", help="bfloat16 GRU products while decoding (model.bf16_inference)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
     args = p.parse_args(argv)
     if args.data and (args.split or args.shards or args.data_dir):
