@@ -48,6 +48,7 @@ class Solution:
     lang: str
     tokens: list[str]
     numbers: list[str]  # the quantities N0..Nk as written
+    not_read: list[str]  # tokens with digits that are no quantity (MP3, 3/0, a 20-digit run)
     prefix: list[str]  # the model's equation over N0..Nk and constants
     equation: str  # infix, numbers substituted
     answer: float | None
@@ -88,9 +89,16 @@ def solve_rows(solver, flat: dict, rows: list[dict], beam_size: int | None = Non
             answer = eval_prefix(prefix, list(row["num_values"]))
         except ExprError as e:
             error = str(e)
-        out.append(Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, prefix=prefix,
-                            equation=infix_with_numbers(prefix, numbers), answer=answer, error=error))
+        out.append(Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
+                            prefix=prefix, equation=infix_with_numbers(prefix, numbers), answer=answer, error=error))
     return out
+
+
+def not_read(row: dict) -> list[str]:
+    """The row's tokens that hold a digit but are no quantity: the user is told, since the model
+    cannot use them (``hlgt.data.numbers`` says which numbers are quantities)."""
+    slots = set(row["num_pos"])
+    return [t for i, t in enumerate(row["tokens"]) if i not in slots and any(c.isdigit() for c in t)]
 
 
 def model_annotator(flat: dict, annotator: str | None):
@@ -175,6 +183,8 @@ def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path,
     progress = Progress(len(rows), "solve") if rows else None
     for slot, s in zip(slots, solve_rows(solver, flat, rows, beam_size, progress.update if progress else None)):
         results[slot].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
+        if s.not_read:
+            results[slot]["not_read"] = s.not_read
         if s.error is not None:
             results[slot]["error"] = f"the equation does not evaluate: {s.error}"
     out_path = Path(out_path)
@@ -211,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     s = solve_text(args.model, " ".join(args.text), lang=args.lang, annotator=args.annotator, beam_size=args.beam_size)
     print(f"tokens:   {' '.join(s.tokens)}")
     print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")
+    if s.not_read:
+        print(f"not read: {', '.join(s.not_read)} (digits, but no quantity the model can use)")
     print(f"equation: x = {s.equation}")
     if s.error is not None:
         print(f"answer:   none (the equation does not evaluate: {s.error})")

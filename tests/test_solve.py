@@ -76,6 +76,19 @@ def test_cli_prints_equation_and_answer(model_dir, capsys):
         assert "equation: x = " in out and "answer:   " in out
 
 
+def test_digits_that_are_no_quantity_are_named(model_dir, tmp_path, capsys):
+    text = "Tom has 12345678901234567 apples and 3/0 pears and 4 plums . How many fruits ?"
+    assert solve_text(model_dir, text).not_read == ["12345678901234567", "3/0"]
+    assert solve_text(model_dir, EN).not_read == []
+    assert main(["--model", str(model_dir), text]) == 0
+    assert "not read: 12345678901234567, 3/0 (digits, but no quantity" in capsys.readouterr().out
+    problems, out = tmp_path / "p.jsonl", tmp_path / "a.jsonl"
+    problems.write_text(json.dumps({"text": text}) + "\n" + json.dumps({"text": EN}) + "\n")
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(out)]) == 0
+    answers = [json.loads(line) for line in out.read_text().splitlines()]
+    assert answers[0]["not_read"] == ["12345678901234567", "3/0"] and "not_read" not in answers[1]
+
+
 def test_cli_needs_a_model_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="best/ folder"):
         solve_text(tmp_path, EN)
