@@ -50,7 +50,7 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
 
     main = importlib.import_module(module).main
     old = {"hlgt.train.__main__": "--arm"}.get(module, "--arms")
-    with pytest.raises(SystemExit, match="unknown ablation arm 'nope'; the arms are full, "):
+    with pytest.raises(ValueError, match="unknown ablation arm 'nope'; the arms are full, "):
         main(["--dataset", "sample", "--ablation" if flag == "--ablation" else old, "nope"])
 
 
