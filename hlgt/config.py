@@ -47,6 +47,17 @@ def storage_root(explicit: str | None, local_default: str, under: str) -> str:
     return root if is_uri(root) else str(Path(root).resolve())
 
 
+def delete_folder(root: str) -> bool:
+    """Remove the folder ``root`` (a local path or a URI Ray's storage takes); False if none."""
+    import pyarrow.fs
+
+    fs, path = pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+        return False
+    fs.delete_dir(path)
+    return True
+
+
 def ray_address(explicit: str | None) -> str:
     """The Ray a command runs on: ``explicit`` (``--address``), else the cluster of the Ray job it
     runs in (Ray sets RAY_ADDRESS for a job's command), else a Ray of its own, ``"local"``: left

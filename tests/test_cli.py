@@ -17,6 +17,7 @@ def command(*args, debug=False):
 @pytest.mark.parametrize("args, named", [
     (["-m", "hlgt.train", "--dataset", "sample", "--no-ray", "--set", "model.nope=1"], "model.nope"),
     (["-m", "hlgt.train", "--dataset", "sample", "--no-ray", "--set", "model.heads=abc"], "model.heads"),
+    (["-m", "hlgt.train", "--dataset", "sample", "--no-ray", "--ablation", "nope"], "unknown ablation arm 'nope'"),
     (["-m", "hlgt.solve", "--model", "no/such/folder", "Tom has 3 apples and 4 more."], "no/such/folder"),
     (["-m", "hlgt.train.evaluate", "--model", "no/such/folder"], "no/such/folder"),
     (["-m", "hlgt.train.compare", "--a", "no/such/run", "--b", "no/such/run"], "no/such/run"),

@@ -178,6 +178,43 @@ def test_train_command_config_and_run_name():
         build_parser().parse_args(["--mawps-folds", "random"])
 
 
+def _command(shards, out, *more):
+    """``python -m hlgt.train`` in process, on the tiny model, into ``out``."""
+    from hlgt.train.__main__ import main
+
+    sets = [f"{k}={v}" for k, v in TINY.items() if k != "data.dataset"]
+    return main(["--dataset", "sample", "--shards", str(shards), "--no-ray", "--storage", str(out),
+                 *[a for s in sets for a in ("--set", s)], *more])
+
+
+def test_a_rerun_of_other_settings_is_refused_until_fresh(shards, tmp_path, capsys):
+    assert _command(shards, tmp_path, "--set", "train.epochs=1") == 0
+    with pytest.raises(ValueError, match=r"sample-full-seed1 holds a run of other settings \(model.hidden_size "
+                                         r"16 -> 32; train.epochs 1 -> 2\): --fresh"):
+        _command(shards, tmp_path, "--set", "train.epochs=2", "--set", "model.hidden_size=32")
+    assert _command(shards, tmp_path, "--set", "train.epochs=1", "--set", "train.threads=2") == 0  # placement only
+    assert "resuming from" in capsys.readouterr().out
+    assert _command(shards, tmp_path, "--set", "train.epochs=2", "--fresh") == 0
+    out = capsys.readouterr().out
+    assert "--fresh: removed" in out and "resuming" not in out
+    assert json.loads((tmp_path / "sample-full-seed1" / "results.json").read_text())["epoch"] == 2
+
+
+def test_a_run_folder_trains_under_one_command_at_a_time(shards, tmp_path):
+    import fcntl
+
+    with open(tmp_path / ".sample-full-seed1.lock", "a+") as lock:  # another command training it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(OSError, match="another command is training .*sample-full-seed1"):
+            _command(shards, tmp_path)
+    assert not (tmp_path / "sample-full-seed1").exists()
+
+
+def test_in_process_the_run_folder_is_local(shards):
+    with pytest.raises(ValueError, match="in process the run folder is on this machine, not s3://b/runs/"):
+        _command(shards, "s3://b/runs")
+
+
 def _without_validation(shards, out):
     """A copy of ``shards`` whose valid split is empty, as MAWPS shards with data.mawps_valid=false."""
     shutil.copytree(shards, out, ignore=shutil.ignore_patterns("valid"))

@@ -283,7 +283,7 @@ def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_star
 
     remove_earlier(plan)  # what --fresh does before the sweep starts
     assert not root.exists() and (tmp_path / "sweeps").is_dir()
-    assert "--fresh: removing" in capsys.readouterr().out
+    assert "--fresh: removed" in capsys.readouterr().out
     check_saved_weights(plan)
     remove_earlier(plan)  # nothing to remove: no error
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlgt.config import ABLATIONS, Config, is_uri
+from hlgt.config import ABLATIONS, Config, delete_folder, is_uri
 from hlgt.sweep.space import describe
 
 
@@ -133,12 +133,8 @@ def check_saved_weights(plan: Plan) -> None:
 def remove_earlier(plan: Plan) -> None:
     """``--fresh``: remove what an earlier sweep of this name left (Tune state, checkpoints, W&B
     runs, results), so that every trial trains anew."""
-    import pyarrow.fs
-
-    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)
-    if fs.get_file_info(root).type != pyarrow.fs.FileType.NotFound:
-        print(f"[sweep] --fresh: removing {plan.root}", flush=True)
-        fs.delete_dir(root)
+    if delete_folder(plan.root):
+        print(f"[sweep] --fresh: removed {plan.root}", flush=True)
     if is_uri(plan.root) and plan.local_dir.is_dir():
         shutil.rmtree(plan.local_dir)
 

@@ -2,21 +2,26 @@
 
     python -m hlgt.train --dataset mawps --fold 0 [--workers N] [--address ADDR] [--set key=value ...] [--no-ray]
 
-Builds (or reuses) the shards (or takes a prebuilt folder as is: ``--shards DIR``), then trains: with Ray installed and ``--workers >= 1`` through the
-TorchTrainer of ``hlgt.train.launch`` (data-parallel workers, checkpoints in ``<storage>/<name>``),
-otherwise (``--no-ray``, or no Ray on this machine) the same loop in this process, checkpoints in
-``<out_dir>/<name>``. Either way the run folder ends with ``best/`` (the model: ``python -m
-hlgt.solve --model <run>/best "..."``), ``results.json``, the predictions files and the Table-4
-tables; re-running the same command (same ``--name``) continues an interrupted run.
+Builds (or reuses) the shards (or takes a prebuilt folder as is: ``--shards DIR``), then trains:
+with Ray installed and ``--workers >= 1`` through the TorchTrainer of ``hlgt.train.launch``
+(data-parallel workers), otherwise (``--no-ray``, or no Ray on this machine) the same loop in this
+process. Either way the run folder is ``<storage>/<name>`` (``--storage`` sets ``train.out_dir``),
+one command at a time trains it, and it ends with ``best/`` (the model: ``python -m hlgt.solve
+--model <run>/best "..."``), ``results.json``, the predictions files and the Table-4 tables.
+Re-running the same command (same ``--name``) continues an interrupted run; a run of other
+settings under that name is refused (``--fresh`` starts it over).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, parse_overrides, storage_root
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, delete_folder, is_uri, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
 
 
@@ -43,22 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--no-ray", action="store_true", help="train in this process, without Ray")
     p.add_argument("--name", default=None, help="run name (default <dataset>[-fold<k>]-<ablation>-seed<s>)")
-    p.add_argument("--storage", default=None, help="Ray run storage (default $HLGT_STORAGE/runs, else train.out_dir)")
-    p.add_argument("--fresh", action="store_true", help="in process: ignore an existing checkpoint of this run")
+    p.add_argument("--storage", default=None,
+                   help="where the run folder <storage>/<name> goes, with Ray or without: sets train.out_dir "
+                        "(default $HLGT_STORAGE/runs, else runs)")
+    p.add_argument("--fresh", action="store_true", help="start the run over: remove what an earlier run of this name left")
     p.add_argument("--no-wandb", action="store_true", help="no W&B run")
     p.add_argument("--gpu", action="store_true", help="train on GPU (train.use_gpu=true)")
     return p
 
 
 def make_config(args: argparse.Namespace) -> Config:
-    try:
-        arm = check_ablation(args.ablation)
-    except ValueError as e:
-        raise SystemExit(str(e))
+    arm = check_ablation(args.ablation)
     flat = {**DATASET_DEFAULTS.get(args.dataset, {}), "data.dataset": args.dataset, "data.fold": args.fold,
             "data.mawps_folds": args.mawps_folds, "data.mawps_valid": not args.no_mawps_valid, **ABLATIONS[arm]}
     if args.data_dir:
         flat["data.data_dir"] = args.data_dir
+    if args.storage:
+        flat["train.out_dir"] = args.storage
     if args.workers is not None:
         flat["train.workers"] = args.workers
     if args.no_wandb:
@@ -74,6 +80,24 @@ def run_name(cfg: Config, arm: str) -> str:
     return f"{cfg.data.dataset}{fold_tag(cfg.data)}-{arm}-seed{cfg.train.seed}"
 
 
+@contextlib.contextmanager
+def sole_trainer(run_dir: str) -> Iterator[None]:
+    """Hold the lock of ``run_dir`` (a lock file beside it) while training: two commands training
+    one run at once would interleave its checkpoints and metrics. A run folder given as a URI
+    (s3://...) has no local lock: the cluster's users keep its names apart."""
+    if is_uri(run_dir):
+        yield
+        return
+    folder = Path(run_dir)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OSError(f"another command is training {run_dir}: let it finish, or give this one another --name") from None
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = make_config(args)
@@ -81,36 +105,46 @@ def main(argv: list[str] | None = None) -> int:
 
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import use_shards
-    from hlgt.train import launch
+    from hlgt.train import launch, loop
 
     use_ray = not args.no_ray and cfg.train.workers >= 1 and launch.ray_available()
     if not args.no_ray and not launch.ray_available():
         print("[train] Ray is not installed: training in this process", flush=True)
-    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg, address=args.address)
-    print(f"[train] {name}: {cfg.data.dataset} shards {shards}; "
-          f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
-
-    if use_ray:
-        storage = storage_root(args.storage, cfg.train.out_dir, "runs")
-        launch.init_ray(args.address)
-        result = launch.fit(cfg, shards, name=name, storage=storage, cpus_per_worker=args.cpus_per_worker)
-        run_dir, metrics = result.run_dir, result.metrics
-    else:
-        import torch
-
-        from hlgt.train import loop
-
-        run_dir = str(Path(cfg.train.out_dir) / name)
-        resume = None if args.fresh or not Path(run_dir).is_dir() else loop.LocalReporter(run_dir).latest()
-        device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
-        if cfg.train.use_gpu and device.type != "cuda":
-            print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)
-        result = loop.train(cfg, shards, run_dir=run_dir, resume_from=resume, runtime=loop.Runtime(device=device),
-                            run_name=name, wandb_dir=run_dir)
-        metrics = result.metrics
+    run_dir = f"{cfg.train.out_dir.rstrip('/')}/{name}"
+    if not use_ray and is_uri(run_dir):
+        raise ValueError(f"in process the run folder is on this machine, not {run_dir}: give --storage DIR, "
+                         "or train with Ray")
+    with sole_trainer(run_dir):
+        shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg, address=args.address)
+        print(f"[train] {name}: {cfg.data.dataset} shards {shards}; "
+              f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
+        if args.fresh and delete_folder(run_dir):
+            print(f"[train] --fresh: removed {run_dir}", flush=True)
+        if use_ray:
+            loop.check_same_run(cfg, launch.latest_checkpoint(run_dir))
+            launch.init_ray(args.address)
+            result = launch.fit(cfg, shards, name=name, storage=cfg.train.out_dir, cpus_per_worker=args.cpus_per_worker)
+            metrics = result.metrics
+        else:
+            metrics = train_here(cfg, shards, run_dir, name)
     print(f"[train] done: {json.dumps(metrics)}", flush=True)
     print(f"[train] model: {run_dir}/best   (python -m hlgt.solve --model {run_dir}/best \"...\")", flush=True)
     return 0
+
+
+def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
+    """The loop in this process, resuming the run folder's checkpoint if it has one."""
+    import torch
+
+    from hlgt.train import loop
+
+    resume = loop.LocalReporter(run_dir).latest() if Path(run_dir).is_dir() else None
+    loop.check_same_run(cfg, resume)
+    device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
+    if cfg.train.use_gpu and device.type != "cuda":
+        print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)
+    return loop.train(cfg, shards, run_dir=run_dir, resume_from=resume,
+                      runtime=loop.Runtime(device=device), run_name=name, wandb_dir=run_dir).metrics
 
 
 if __name__ == "__main__":

@@ -205,6 +205,15 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     )
 
 
+def latest_checkpoint(run_dir: str) -> Path | None:
+    """The newest checkpoint Ray Train keeps in the local run folder ``run_dir`` (its names sort
+    by time), the one a re-run resumes; None for a new run or a URI (not looked into here)."""
+    if is_uri(run_dir):
+        return None
+    kept = sorted(p for p in Path(run_dir).glob("checkpoint_*") if (p / "config.json").is_file())
+    return kept[-1] if kept else None
+
+
 @dataclass
 class FitResult:
     metrics: dict  # final metrics of rank 0 (best validation, test)

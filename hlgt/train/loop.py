@@ -151,6 +151,26 @@ def read_checkpoint(directory: str | Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+# Keys that say where a run's files are or how it runs, not what it trains: a resumed run may
+# change them (another machine, more workers, a time budget, W&B off).
+PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb", "train.wandb_project",
+                            "train.workers", "train.threads", "train.use_gpu", "train.compile", "train.cuda_graphs",
+                            "train.max_minutes", "model.bf16_inference"})
+
+
+def check_same_run(cfg: Config, checkpoint: str | Path | None) -> None:
+    """``ValueError`` when ``checkpoint`` (the one a run would resume) was trained with other
+    settings than ``cfg``: resuming would silently keep the old ones, or fail on the weights."""
+    if checkpoint is None:
+        return
+    saved, now = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8")), cfg.to_flat()
+    changed = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+               if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
+    if changed:
+        raise ValueError(f"{Path(checkpoint).parent} holds a run of other settings ({'; '.join(changed)}): "
+                         "--fresh starts it over, --name NAME trains a new run beside it")
+
+
 def publish(checkpoint_dir: Path, run_dir: Path) -> None:
     """Copy a finished run's outputs (best model, results, predictions, tables) into ``run_dir``."""
     for name in OUTPUTS:
