@@ -42,7 +42,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -472,15 +472,20 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
 
 
 @contextlib.contextmanager
-def exclusive(out: Path) -> Iterator[None]:
-    """Hold the lock of shard folder ``out`` (a lock file beside it): two commands building the
-    same folder at once would otherwise write into each other's partial splits."""
+def exclusive(out: Path, busy: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the lock of folder ``out`` (a lock file beside it): two commands writing the same
+    folder at once (a shard folder's partial splits, a run's checkpoints) would mix their files.
+    When another command holds it, ``busy()`` runs first (it may raise instead of waiting); by
+    default a shard build says it waits."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"[build] waiting for another command building {out}", flush=True)
+            if busy is None:
+                print(f"[build] waiting for another command building {out}", flush=True)
+            else:
+                busy()
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

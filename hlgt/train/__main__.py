@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, delete_folder, is_uri, parse_overrides
@@ -80,22 +78,16 @@ def run_name(cfg: Config, arm: str) -> str:
     return f"{cfg.data.dataset}{fold_tag(cfg.data)}-{arm}-seed{cfg.train.seed}"
 
 
-@contextlib.contextmanager
-def sole_trainer(run_dir: str) -> Iterator[None]:
-    """Hold the lock of ``run_dir`` (a lock file beside it) while training: two commands training
-    one run at once would interleave its checkpoints and metrics. A run folder given as a URI
+def sole_trainer(run_dir: str) -> contextlib.AbstractContextManager:
+    """The lock of ``run_dir`` while training: two commands training one run at once would
+    interleave its checkpoints and metrics, so the second is refused. A run folder given as a URI
     (s3://...) has no local lock: the cluster's users keep its names apart."""
-    if is_uri(run_dir):
-        yield
-        return
-    folder = Path(run_dir)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OSError(f"another command is training {run_dir}: let it finish, or give this one another --name") from None
-        yield
+    from hlgt.data.build import exclusive
+
+    def refuse() -> None:
+        raise OSError(f"another command is training {run_dir}: let it finish, or give this one another --name")
+
+    return contextlib.nullcontext() if is_uri(run_dir) else exclusive(Path(run_dir), busy=refuse)
 
 
 def main(argv: list[str] | None = None) -> int:
