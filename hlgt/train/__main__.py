@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh and delete_folder(run_dir):
             print(f"[train] --fresh: removed {run_dir}", flush=True)
         if use_ray:
-            loop.check_same_run(cfg, launch.latest_checkpoint(run_dir))
+            loop.check_same_run(cfg, launch.resumed_config(run_dir), run_dir)
             launch.init_ray(args.address)
             result = launch.fit(cfg, shards, name=name, storage=cfg.train.out_dir, cpus_per_worker=args.cpus_per_worker)
             metrics = result.metrics
@@ -139,7 +139,8 @@ def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
     from hlgt.train import loop
 
     resume = loop.LocalReporter(run_dir).latest() if Path(run_dir).is_dir() else None
-    loop.check_same_run(cfg, resume)
+    saved = json.loads((resume / "config.json").read_text(encoding="utf-8")) if resume else None
+    loop.check_same_run(cfg, saved, run_dir)
     device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
     if cfg.train.use_gpu and device.type != "cuda":
         print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)
