@@ -215,6 +215,19 @@ def test_a_ray_rerun_of_other_settings_is_refused_on_any_storage(shards, tmp_pat
         _command(shards, f"file://{tmp_path / 'ray'}", "--set", "train.epochs=1", "--set", "train.lr=0.5", ray=True)
 
 
+def test_a_run_folder_resumes_only_the_way_it_was_trained(shards, tmp_path):
+    """Ray Train does not resume the loop's checkpoint/, nor the loop Ray's checkpoint_<time>
+    folders: a re-run the other way is refused before it trains anew beside them."""
+    pytest.importorskip("ray.train.torch")
+    assert _command(shards, tmp_path / "here", "--set", "train.epochs=1") == 0
+    with pytest.raises(ValueError, match="sample-full-seed1 holds a run trained in process, which this command"):
+        _command(shards, tmp_path / "here", "--set", "train.epochs=1", ray=True)
+    ray_run = tmp_path / "ray" / "sample-full-seed1"
+    shutil.copytree(tmp_path / "here" / "sample-full-seed1" / "checkpoint", ray_run / "checkpoint_2026-01-01_00-00-00.000000")
+    with pytest.raises(ValueError, match="sample-full-seed1 holds a run trained with Ray, which this command"):
+        _command(shards, tmp_path / "ray", "--set", "train.epochs=1")
+
+
 def test_a_run_folder_trains_under_one_command_at_a_time(shards, tmp_path):
     import fcntl
 
