@@ -178,12 +178,12 @@ def test_train_command_config_and_run_name():
         build_parser().parse_args(["--mawps-folds", "random"])
 
 
-def _command(shards, out, *more):
-    """``python -m hlgt.train`` in process, on the tiny model, into ``out``."""
+def _command(shards, out, *more, ray=False):
+    """``python -m hlgt.train`` on the tiny model into ``out``, in process unless ``ray``."""
     from hlgt.train.__main__ import main
 
     sets = [f"{k}={v}" for k, v in TINY.items() if k != "data.dataset"]
-    return main(["--dataset", "sample", "--shards", str(shards), "--no-ray", "--storage", str(out),
+    return main(["--dataset", "sample", "--shards", str(shards), *([] if ray else ["--no-ray"]), "--storage", str(out),
                  *[a for s in sets for a in ("--set", s)], *more])
 
 
@@ -198,6 +198,34 @@ def test_a_rerun_of_other_settings_is_refused_until_fresh(shards, tmp_path, caps
     out = capsys.readouterr().out
     assert "--fresh: removed" in out and "resuming" not in out
     assert json.loads((tmp_path / "sample-full-seed1" / "results.json").read_text())["epoch"] == 2
+
+
+def test_a_ray_rerun_of_other_settings_is_refused_on_any_storage(shards, tmp_path):
+    """Ray Train keeps checkpoint_<time> folders in the run folder, a URI too (file:// here); the
+    newest is the one a re-run resumes, checked before Ray starts."""
+    pytest.importorskip("ray.train.torch")
+    assert _command(shards, tmp_path / "here", "--set", "train.epochs=1") == 0
+    run = tmp_path / "ray" / "sample-full-seed1"
+    for kept in ("checkpoint_2026-01-01_00-00-00.000000", "checkpoint_2026-01-01_00-00-01.000000"):
+        shutil.copytree(tmp_path / "here" / "sample-full-seed1" / "checkpoint", run / kept)
+    older = run / "checkpoint_2026-01-01_00-00-00.000000" / "config.json"
+    older.write_text(json.dumps({**json.loads(older.read_text()), "train.epochs": 3}))
+    with pytest.raises(ValueError, match=r"file://.*sample-full-seed1 holds a run of other settings "
+                                         r"\(train.lr 0.001 -> 0.5\): --fresh"):
+        _command(shards, f"file://{tmp_path / 'ray'}", "--set", "train.epochs=1", "--set", "train.lr=0.5", ray=True)
+
+
+def test_a_run_folder_resumes_only_the_way_it_was_trained(shards, tmp_path):
+    """Ray Train does not resume the loop's checkpoint/, nor the loop Ray's checkpoint_<time>
+    folders: a re-run the other way is refused before it trains anew beside them."""
+    pytest.importorskip("ray.train.torch")
+    assert _command(shards, tmp_path / "here", "--set", "train.epochs=1") == 0
+    with pytest.raises(ValueError, match="sample-full-seed1 holds a run trained in process, which this command"):
+        _command(shards, tmp_path / "here", "--set", "train.epochs=1", ray=True)
+    ray_run = tmp_path / "ray" / "sample-full-seed1"
+    shutil.copytree(tmp_path / "here" / "sample-full-seed1" / "checkpoint", ray_run / "checkpoint_2026-01-01_00-00-00.000000")
+    with pytest.raises(ValueError, match="sample-full-seed1 holds a run trained with Ray, which this command"):
+        _command(shards, tmp_path / "ray", "--set", "train.epochs=1")
 
 
 def test_a_run_folder_trains_under_one_command_at_a_time(shards, tmp_path):

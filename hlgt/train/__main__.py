@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import use_shards
-    from hlgt.train import launch, loop
+    from hlgt.train import launch
 
     use_ray = not args.no_ray and cfg.train.workers >= 1 and launch.ray_available()
     if not args.no_ray and not launch.ray_available():
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
         if args.fresh and delete_folder(run_dir):
             print(f"[train] --fresh: removed {run_dir}", flush=True)
+        check_resumable(cfg, run_dir, use_ray)
         if use_ray:
-            loop.check_same_run(cfg, launch.latest_checkpoint(run_dir))
             launch.init_ray(args.address)
             result = launch.fit(cfg, shards, name=name, storage=cfg.train.out_dir, cpus_per_worker=args.cpus_per_worker)
             metrics = result.metrics
@@ -124,6 +124,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def check_resumable(cfg: Config, run_dir: str, use_ray: bool) -> None:
+    """``ValueError`` when ``run_dir`` holds a checkpoint that this command would not resume as
+    is: one of the other way of training (Ray Train's ``checkpoint_<time>`` folders, the in-process
+    loop's ``checkpoint/``), beside which it would train anew, or one of other settings."""
+    from hlgt.train import launch, loop
+
+    with_ray = launch.resumed_config(run_dir)
+    here = None if is_uri(run_dir) else loop.LocalReporter(run_dir).latest()
+    if (here if use_ray else with_ray) is not None:
+        raise ValueError(f"{run_dir} holds a run trained {'in process' if use_ray else 'with Ray'}, which this "
+                         "command would not resume: re-run it the same way, or --fresh starts it over")
+    if use_ray:
+        loop.check_same_run(cfg, with_ray, run_dir)
+    elif here is not None:
+        loop.check_same_run(cfg, json.loads((here / "config.json").read_text(encoding="utf-8")), run_dir)
+
+
 def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
     """The loop in this process, resuming the run folder's checkpoint if it has one."""
     import torch
@@ -131,7 +148,6 @@ def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
     from hlgt.train import loop
 
     resume = loop.LocalReporter(run_dir).latest() if Path(run_dir).is_dir() else None
-    loop.check_same_run(cfg, resume)
     device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
     if cfg.train.use_gpu and device.type != "cuda":
         print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)

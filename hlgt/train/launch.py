@@ -14,6 +14,7 @@ latest checkpoint (``ray.train.get_checkpoint()``); worker failures are retried
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,13 +206,19 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     )
 
 
-def latest_checkpoint(run_dir: str) -> Path | None:
-    """The newest checkpoint Ray Train keeps in the local run folder ``run_dir`` (its names sort
-    by time), the one a re-run resumes; None for a new run or a URI (not looked into here)."""
-    if is_uri(run_dir):
+def resumed_config(run_dir: str) -> dict | None:
+    """The flat config of the newest checkpoint Ray Train keeps in the run folder ``run_dir`` (a
+    local path or a URI; checkpoint names sort by time), the one a re-run resumes; None for a new run."""
+    import pyarrow.fs
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(run_dir if is_uri(run_dir) else str(Path(run_dir).resolve()))
+    found = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
+    configs = [f"{i.path}/config.json" for i in found if i.base_name.startswith("checkpoint_")]
+    kept = [c for c in sorted(configs) if fs.get_file_info(c).type == pyarrow.fs.FileType.File]
+    if not kept:
         return None
-    kept = sorted(p for p in Path(run_dir).glob("checkpoint_*") if (p / "config.json").is_file())
-    return kept[-1] if kept else None
+    with fs.open_input_stream(kept[-1]) as f:
+        return json.loads(f.read())
 
 
 @dataclass

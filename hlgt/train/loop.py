@@ -158,16 +158,17 @@ PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir",
                             "train.max_minutes", "model.bf16_inference"})
 
 
-def check_same_run(cfg: Config, checkpoint: str | Path | None) -> None:
-    """``ValueError`` when ``checkpoint`` (the one a run would resume) was trained with other
-    settings than ``cfg``: resuming would silently keep the old ones, or fail on the weights."""
-    if checkpoint is None:
+def check_same_run(cfg: Config, saved: Mapping[str, Any] | None, run_dir: str | Path) -> None:
+    """``ValueError`` when ``saved``, the config of the checkpoint a run in ``run_dir`` would resume,
+    trained other settings than ``cfg``: resuming would silently keep the old ones, or fail on the
+    weights. ``saved=None``: nothing to resume."""
+    if saved is None:
         return
-    saved, now = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8")), cfg.to_flat()
+    now = cfg.to_flat()
     changed = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
                if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
     if changed:
-        raise ValueError(f"{Path(checkpoint).parent} holds a run of other settings ({'; '.join(changed)}): "
+        raise ValueError(f"{run_dir} holds a run of other settings ({'; '.join(changed)}): "
                          "--fresh starts it over, --name NAME trains a new run beside it")
 
 
