@@ -65,3 +65,11 @@ def test_bad_numbers_are_refused_naming_the_option_and_the_command(capsys):
     with pytest.raises(SystemExit):
         main(["--max-tokens", "0"])
     assert "python -m hlgt.data.report: error: argument --max-tokens: must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fold", ["x", "5", "-1"])
+def test_a_fold_that_is_not_one_of_mawps_is_refused_naming_the_option(fold, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--dataset", "mawps", "--fold", fold])
+    assert stop.value.code == 2
+    assert f"argument --fold: invalid choice: '{fold}'" in capsys.readouterr().err

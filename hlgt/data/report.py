@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: $HLGT_DATA_DIR or ../shared/datasets)")
     parser.add_argument("--dataset", action="append", choices=list(DATASETS),
                         help="dataset to report (repeatable; default: all)")
-    parser.add_argument("--fold", default="all", help=f"MAWPS fold 0..{MAWPS_N_FOLDS - 1}, or 'all' (default)")
+    parser.add_argument("--fold", default="all", choices=["all", *map(str, range(MAWPS_N_FOLDS))],
+                        help="MAWPS fold, or 'all' (default)")
     parser.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
                         help="MAWPS fold scheme (see hlgt.data.splits)")
     parser.add_argument("--min-const-freq", type=non_negative_int, default=5,
