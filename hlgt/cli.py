@@ -77,12 +77,12 @@ def device(text: str) -> str:
     return text
 
 
-def refuse_flag_keys(overrides: dict, flag_keys: dict[str, str]) -> None:
-    """``ValueError`` when ``--set`` names a config key that one of the command's flags sets
-    (``flag_keys``: key -> flag): which of the two should win would be a guess."""
+def refuse_flag_keys(overrides: dict, flag_keys: dict[str, str], given_as: str = "--set ") -> None:
+    """``ValueError`` when ``overrides`` (given as ``given_as`` KEY=VALUE) name a config key that one
+    of the command's flags sets (``flag_keys``: key -> flag): which of the two should win would be a guess."""
     for key, flag in flag_keys.items():
         if key in overrides:
-            raise ValueError(f"--set {key}=... and {flag} both set {key}: use {flag}")
+            raise ValueError(f"{given_as}{key}=... and {flag} both set {key}: use {flag}")
 
 
 class Progress:

@@ -67,6 +67,8 @@ def test_a_bad_number_or_device_is_refused_naming_its_option(capsys, option, val
 def test_set_may_not_name_a_key_a_flag_of_the_command_sets():
     with pytest.raises(ValueError, match="--set train.epochs=... and --epochs both set train.epochs"):
         main([*TINY, "--epochs", "1", "--set", "train.epochs=3"])
+    with pytest.raises(ValueError, match=r"--ablation \.\.\.\+data.fold=... and --fold both set data.fold"):
+        main([*TINY, "--ablation", "gts,full+data.fold=1"])
 
 
 def test_progress_shows_epochs_and_how_their_batches_ran(capsys):

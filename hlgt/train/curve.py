@@ -83,9 +83,10 @@ def arm_config(args: argparse.Namespace, curve: str, threads: int) -> Config:
             "train.wandb": False, "train.threads": threads, "train.use_gpu": args.device != "cpu"}
     if args.data_dir:
         flat["data.data_dir"] = args.data_dir
-    overrides = parse_overrides(args.set)
+    overrides, own = parse_overrides(args.set), parse_overrides(own)
     refuse_flag_keys(overrides, FLAG_KEYS)
-    return Config.from_flat({**flat, **overrides, **parse_overrides(own)})
+    refuse_flag_keys(own, FLAG_KEYS, given_as="--ablation ...+")  # the curves compare on the same data and budget
+    return Config.from_flat({**flat, **overrides, **own})
 
 
 def progress(arm: str, message: str) -> None:
