@@ -4,9 +4,9 @@
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best --file problems.jsonl --out answers.jsonl
 
-The path is the training path, applied to one text: tokenise (Chinese: jieba, with every number —
-``(1/5)``, ``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7`` — kept whole; English: words, numbers
-and punctuation apart; Chinese numerals before a measure word and 一半 read as numbers) →
+The path is the training path, applied to one text: tokenise as the training files are segmented
+(``hlgt.data.text``: Chinese through jieba, English into words, numbers and punctuation, every
+number one token; Chinese numerals are words unless the text has no number) →
 ``extract_quantities`` (a text without quantities is refused with a message) → the model's configured annotator (or
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer. A ``--file`` of problems is
@@ -65,8 +65,8 @@ def problem_row(text: str, lang: str | None, annotator) -> dict:
     lang = lang or guess_lang(text)
     tokens, quantities = extract_quantities(tokenize(text, lang))
     if not quantities:
-        raise ValueError("no quantities found in the text: write its numbers in digits (Chinese "
-                         "numerals are read before a measure word, as in 三个, and 一半)")
+        raise ValueError("no quantities found in the text: write its numbers in digits (in a Chinese text "
+                         "without digits, numerals before a measure word are read, as in 三个, and 一半)")
     over = over_limits(tokens, quantities)
     if over is not None:
         raise ValueError(over[1])

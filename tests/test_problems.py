@@ -125,13 +125,22 @@ def test_the_generic_format_is_tokenised_as_solve_does(tmp_path):
                {"id": 2, "original_text": "商店有三个箱子，共12个球", "ans": "4"}]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     first, second = read_problems(path).problems
-    assert "3.5" in first.tokens and "千克" in first.tokens and "(1/2)" in first.tokens and first.lang == "zh"
+    assert "3.5" in first.tokens and "千克" in first.tokens and "一半" in first.tokens and first.lang == "zh"
     assert (first.equation, first.answer) == ("x=3.5/2", "") and (second.equation, second.answer) == ("", "4")
     english = tmp_path / "e.json"
     english.write_text(json.dumps([{"id": "a", "original_text": "Tom has 5 pens. He buys 3.", "ans": 8}]))
     (p,) = read_problems(english).problems
     assert p.tokens == ("Tom", "has", "5", "pens", ".", "He", "buys", "3", ".") and p.lang == "en"
 
+
+
+def test_a_raw_text_is_tokenised_in_its_files_language(tmp_path):
+    # Pure arithmetic in a Chinese file is Chinese: a/b is a division there, a fraction in English.
+    path = tmp_path / "f.jsonl"
+    records = [{"id": 1, "original_text": "小明有3个苹果", "ans": "3"}, {"id": 2, "original_text": "840/6/70+630=．", "ans": "632"}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    assert read_problems(path).problems[1].tokens == ("840", "/", "6", "/", "70", "+", "630", "=", "．")
+    assert read_problems(path, lang="en").problems[1].tokens == ("840", "/", "6/70", "+", "630", "=", "．")
 
 def test_file_errors_name_the_file(tmp_path):
     with pytest.raises(DataFileError, match="not found.*nope.json"):
@@ -175,3 +184,29 @@ def test_real_files_read_whole(name, count, lang, real_data):
     assert len(result.problems) == count and not result.skipped
     assert all(isinstance(p.id, str) and p.lang == lang for p in result.problems)
     assert len({p.id for p in result.problems}) == count
+
+
+@pytest.mark.realdata
+@pytest.mark.slow
+@pytest.mark.parametrize("path, differing", [("math23k/Math_23K.json", 13), ("mawps/MAWPS.json", 0)])
+def test_raw_texts_give_the_quantities_of_their_files_segmentation(real_data, tmp_path, path, differing):
+    # The benchmark files give each problem's original text beside its segmentation: read as a
+    # generic file (original_text only, tokenised as solve does), the texts should give the same
+    # quantities. The 13 Math23K exceptions are odd texts (六1班, 第十3天, Kg4.5, +6).
+    from collections import Counter
+
+    from hlgt.data.numbers import extract_quantities
+    from hlgt.data.problems import _records
+
+    segmented = read_problems(real_data / path).problems
+    records = _records((real_data / path).read_text(encoding="utf-8"), real_data / path, Counter())
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps({k: r[k] for k in ("id", "original_text", "equation", "ans")}, ensure_ascii=False)
+                           + "\n" for r in records), encoding="utf-8")
+    read_raw = read_problems(raw).problems
+    assert [p.id for p in read_raw] == [p.id for p in segmented]
+
+    def quantities(problem):
+        return [q.text for q in extract_quantities(problem.tokens)[1]]
+
+    assert sum(quantities(a) != quantities(b) for a, b in zip(segmented, read_raw)) == differing

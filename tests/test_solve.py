@@ -20,7 +20,22 @@ def test_chinese_numbers_stay_whole():
     assert "".join(tokens) == "商店运来苹果1,200.5千克，卖了35%，又运来(1/5)和1(5/6)吨，比是3:7。"
 
 
-def test_chinese_numerals_before_a_measure_word_become_quantities():
+def test_chinese_is_segmented_as_math23k_writes_it():
+    # Numerals are words where the text has numbers; a bare a/b is a division; digits after a
+    # Latin letter stay in their word; a minus is an operator.
+    assert tokenize("第二天两人看了24页，吃了一半", "zh") == ["第二天", "两人", "看", "了", "24", "页", "，", "吃", "了", "一半"]
+    assert tokenize("剩下的2/3，一台MP3卖100元，面积0.09m2，-5", "zh") == \
+        ["剩下", "的", "2", "/", "3", "，", "一台", "MP3", "卖", "100", "元", "，", "面积", "0.09", "m2", "，", "-", "5"]
+
+
+def test_english_is_split_as_mawps_writes_it():
+    # A minus after no word is a sign; ordinals and words with digits are one token each.
+    assert tokenize("Katie's mp3 had -2 songs on the 3rd day, 5-3 or (7)-1.", "en") == \
+        ["Katie's", "mp3", "had", "-2", "songs", "on", "the", "3rd", "day", ",", "5", "-", "3", "or", "(", "7", ")",
+         "-", "1", "."]
+
+
+def test_chinese_numerals_before_a_measure_word_are_the_quantities_of_a_text_without_numbers():
     assert tokenize("小明有三个苹果，吃了一半", "zh")[2:5] == ["3", "个", "苹果"]
     assert "(1/2)" in tokenize("小明有三个苹果，吃了一半", "zh")
     assert tokenize("十二本书", "zh")[0] == "12" and tokenize("三百零五米", "zh")[0] == "305"

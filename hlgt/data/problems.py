@@ -23,7 +23,6 @@ JSON array that does not parse as a whole, raises ``DataFileError`` naming the f
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -86,8 +85,14 @@ def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
         raise DataFileError(f"cannot read problem file {path}: {e}") from None
     result = ReadResult(problems=[])
     source = source_name(path)
-    for record in _records(text, path, result.skipped):
-        problem = _to_problem(record, lang, source, result.skipped)
+    records = [r for r in (_fields(record, result.skipped) for record in _records(text, path, result.skipped))
+               if r is not None]
+    # One language per file, its texts' majority guess: a Math23K problem that is pure arithmetic
+    # ("840/6/70+630=．") is still Chinese data, and a raw one is tokenised as Chinese.
+    zh = sum(guess_lang(r.text) == "zh" for r in records if r.text.strip())
+    file_lang = lang or ("zh" if 2 * zh >= sum(bool(r.text.strip()) for r in records) else "en")
+    for record in records:
+        problem = _to_problem(record, file_lang, source, result.skipped)
         if problem is not None:
             result.problems.append(problem)
     if not result.problems:
@@ -95,13 +100,6 @@ def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
         raise DataFileError(f"{path} holds no readable problem{skipped}")
     if lang is not None:
         _check_language(path, result.problems, lang)
-    if lang is None and result.problems:
-        # One language per file: a Math23K problem that is pure arithmetic ("23 * 42 = ．") is
-        # still Chinese data. The file's language is its majority guess.
-        zh = sum(p.lang == "zh" for p in result.problems)
-        file_lang = "zh" if 2 * zh >= len(result.problems) else "en"
-        result.problems = [p if p.lang == file_lang else dataclasses.replace(p, lang=file_lang)
-                           for p in result.problems]
     result.records = len(result.problems) + sum(result.skipped.values())
     return result
 
@@ -175,7 +173,17 @@ def _concatenated(text: str, skipped: collections.Counter) -> list:
             i = nxt.start()
 
 
-def _to_problem(record, lang: str | None, source: str, skipped: collections.Counter) -> Problem | None:
+@dataclass(frozen=True)
+class _Record:
+    """A record's fields, checked: ``text`` is its segmented text when ``segmented``, else raw."""
+    id: str | int
+    text: str
+    segmented: bool
+    equation: str
+    answer: str | int | float
+
+
+def _fields(record, skipped: collections.Counter) -> _Record | None:
     if not isinstance(record, dict):
         skipped[NOT_AN_OBJECT] += 1
         return None
@@ -196,16 +204,19 @@ def _to_problem(record, lang: str | None, source: str, skipped: collections.Coun
     ):
         skipped[BAD_FIELD_TYPE] += 1
         return None
-    problem_lang = lang or guess_lang(text)
-    tokens = tuple(text.split() if text_field == "segmented_text" else tokenize(text, problem_lang))
+    return _Record(pid, text, text_field == "segmented_text", equation, answer)
+
+
+def _to_problem(record: _Record, lang: str, source: str, skipped: collections.Counter) -> Problem | None:
+    tokens = tuple(record.text.split() if record.segmented else tokenize(record.text, lang))
     if not tokens:
         skipped[EMPTY_TEXT] += 1
         return None
     return Problem(
-        id=str(pid),
-        lang=problem_lang,
+        id=str(record.id),
+        lang=lang,
         tokens=tokens,
-        equation=equation.strip(),
-        answer=str(answer).strip(),
+        equation=record.equation.strip(),
+        answer=str(record.answer).strip(),
         source=source,
     )

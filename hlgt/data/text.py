@@ -1,10 +1,21 @@
 """Raw problem text -> tokens in the style of the training files, numbers kept whole.
 
+The training files' own segmentations are the reference: a raw text should give the quantities
+its segmentation gives (Math23K's and MAWPS's original texts against their segmented texts:
+tests/test_problems.py). Used for the texts ``solve`` reads and for problem files that give only
+an ``original_text`` (``hlgt.data.problems``); the benchmark files come segmented.
+
 Chinese: jieba's segmentation between numbers, every number (``(1/5)``, ``1(5/6)``, ``20%``,
-``3.5``, ``1,200``, ``3:7``) one token, and Chinese numerals before a measure word (and 一半)
-written in digits first, as the training files write them. English: words, numbers and
-punctuation apart. Used for the texts ``solve`` reads and for problem files that give only an
-``original_text`` (``hlgt.data.problems``); the benchmark files come segmented.
+``3.5``, ``1,200``, ``3:7``) one token. As in Math23K's files, a bare ``a/b`` is a division
+(``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter stay in their
+word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are words (第二天,
+两人, 一半: the files never write them in digits). A text without any number is the exception:
+its numerals before a measure word (三个, 十二本, 两千克) and 一半 become numbers, so that a
+problem written in characters can be solved.
+
+English: words, numbers and punctuation apart; as in MAWPS's files, a minus right before a number
+and after no word is its sign (``-2``), and ordinals (``1st``, ``8th``) and words with digits
+(``mp3``, ``H1``) are one token each, not quantities.
 """
 from __future__ import annotations
 
@@ -12,20 +23,25 @@ import logging
 import re
 
 # One number as written, most specific form first (mixed number, bracketed fraction, ratio,
-# thousands, decimal/integer with optional percent, bare fraction).
-NUMBER = re.compile(
+# thousands, decimal/integer with optional percent); English also reads a bare fraction.
+_NUMBER_FORMS = (
     r"\d+\(\d+/\d+\)"
     r"|\(\d+(?:\.\d+)?/\d+(?:\.\d+)?\)"
     r"|\d+(?:\.\d+)?(?:[:：]\d+(?:\.\d+)?)+"
     r"|\d{1,3}(?:,\d{3})+(?:\.\d+)?[%％]?"
-    r"|\d+/\d+(?![\d./])"
     r"|\d+(?:\.\d+)?[%％]?"
 )
-_ENGLISH = re.compile(rf"{NUMBER.pattern}|[A-Za-z]+(?:'[A-Za-z]+)?|\S")
+_CHINESE_NUMBER = re.compile(rf"(?<![A-Za-z\d])(?:{_NUMBER_FORMS})")
+_ENGLISH = re.compile(
+    r"\d+(?i:st|nd|rd|th)\b"  # an ordinal
+    r"|[A-Za-z]+\d[A-Za-z\d]*"  # a word with digits
+    rf"|(?:(?<![\w).])-)?(?:\d+/\d+(?![\d./])|{_NUMBER_FORMS})"
+    r"|[A-Za-z]+(?:'[A-Za-z]+)?|\S"
+)
 
-# Chinese numerals the training files write in digits: a run of numeral characters before a
-# measure word ("三个", "十二本", "两千克") becomes its digits, "一半" becomes (1/2). Only before a
-# measure word, so that words such as 一些, 一起 or 十分 keep their meaning.
+# Chinese numerals of a text without numbers: a run of numeral characters before a measure word
+# ("三个", "十二本", "两千克") becomes its digits, "一半" becomes (1/2). Only before a measure word,
+# so that words such as 一些, 一起 or 十分 keep their meaning.
 _CN_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 _NOT_NUMBERS = {"一", "百", "千", "万"}
@@ -64,14 +80,15 @@ def tokenize(text: str, lang: str) -> list[str]:
         return _ENGLISH.findall(text)
     if lang != "zh":
         raise ValueError(f"unknown language {lang!r}; expected zh or en")
-    text = chinese_numerals_to_digits(text)
+    if not _CHINESE_NUMBER.search(text):
+        text = chinese_numerals_to_digits(text)
     import jieba
 
     jieba.setLogLevel(logging.WARNING)  # its dictionary-loading chatter is not the answer
 
     tokens: list[str] = []
     last = 0
-    for m in NUMBER.finditer(text):
+    for m in _CHINESE_NUMBER.finditer(text):
         tokens += jieba.lcut(text[last:m.start()])
         tokens.append(m.group())
         last = m.end()
