@@ -327,3 +327,34 @@ def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_p
     plan.max_concurrent, plan.gpus_per_worker = 0, 0.25
     with pytest.raises(RuntimeError, match="the cluster has 0 GPUs; a trial needs 0.25"):
         concurrency(plan)
+
+
+class _InterruptedTuner:
+    """A Tuner whose run gets Ctrl-C: Tune's own SIGINT handling, then a grid as Tune returns it."""
+
+    def __init__(self, interrupt: bool) -> None:
+        self.interrupt = interrupt
+
+    def fit(self):
+        import os
+        import signal
+
+        from ray.tune.tune import _setup_signal_catching
+
+        _setup_signal_catching()
+        if self.interrupt:
+            os.kill(os.getpid(), signal.SIGINT)
+        return "grid"
+
+
+def test_ctrl_c_stops_the_sweep_instead_of_going_on_to_the_next_arm():
+    import signal
+
+    from hlgt.sweep.experiments import fit_unless_interrupted
+
+    before = signal.getsignal(signal.SIGINT)
+    assert fit_unless_interrupted(_InterruptedTuner(False), "full") == "grid"
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt, match="sweep interrupted in arm full; re-run the same command"):
+        fit_unless_interrupted(_InterruptedTuner(True), "full")
+    assert signal.getsignal(signal.SIGINT) is before

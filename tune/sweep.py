@@ -209,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         check_saved_weights(plan)
     plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
-    run(plan, address=args.address)
+    try:
+        run(plan, address=args.address)
+    except KeyboardInterrupt as e:  # Tune saved the arm's state: one line, not a traceback
+        print(f"tune/sweep.py: {str(e) or 'interrupted'}", file=sys.stderr, flush=True)
+        return 130
     return 0
 
 

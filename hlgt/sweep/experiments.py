@@ -233,8 +233,25 @@ def run_arm(plan: Plan, arm: str):
             run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root, verbose=2 if plan.verbose else 0,
                                           callbacks=[] if plan.verbose else [epoch_lines()]),
         )
-    grid = tuner.fit()
-    if grid.num_terminated + grid.num_errors < len(grid):  # Ctrl-C: Tune saved its state and returned
+    return fit_unless_interrupted(tuner, arm)
+
+
+def fit_unless_interrupted(tuner, arm: str):
+    """``tuner.fit()``'s ResultGrid, or ``KeyboardInterrupt`` when Ctrl-C stopped it. Tune catches
+    the signal, saves its state and returns as if done (its stopped trials read as terminated);
+    its handler puts back the one it replaced, so finding ours back in place means a signal came."""
+    import signal
+
+    def ours(sig, frame):  # a second Ctrl-C, once Tune has let go of the signal
+        signal.default_int_handler(sig, frame)
+
+    previous = signal.signal(signal.SIGINT, ours)
+    try:
+        grid = tuner.fit()
+    finally:
+        interrupted = signal.getsignal(signal.SIGINT) is ours
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
         raise KeyboardInterrupt(f"sweep interrupted in arm {arm}; re-run the same command to resume it")
     return grid
 
