@@ -358,3 +358,16 @@ def test_ctrl_c_stops_the_sweep_instead_of_going_on_to_the_next_arm():
     with pytest.raises(KeyboardInterrupt, match="sweep interrupted in arm full; re-run the same command"):
         fit_unless_interrupted(_InterruptedTuner(True), "full")
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_second_sweep_of_a_running_name_is_refused_before_ray(tmp_path):
+    from hlgt.sweep.plan import sole_sweep
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "busy"]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    with sole_sweep(plan):
+        for again in (argv, argv + ["--fresh"]):
+            with pytest.raises(OSError, match=f"another sweep is running {plan.root}: let it finish, or give"):
+                command.main(again)
+    assert not Path(plan.root).exists()  # the running sweep's folder untouched
+

@@ -18,9 +18,9 @@ reference unless ``--no-reference``. Each arm is its own Tune experiment (``<sto
 ``hlgt/sweep/experiments.py``) so that the scheduler (ASHA by default, ``--scheduler
 fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
-kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead; a
-sweep whose saved models an older version wrote (another weights format) stops before Ray starts
-and says so.
+kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead. These
+stop before Ray starts and say so: a sweep of a name that another sweep is running, a sweep whose
+saved models an older version wrote (another weights format).
 
 Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
 best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
@@ -42,7 +42,7 @@ from typing import Any
 from hlgt.cli import positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import Plan, build_shards, check_saved_weights, check_trials, remove_earlier
+from hlgt.sweep.plan import Plan, build_shards, check_saved_weights, check_trials, remove_earlier, sole_sweep
 from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
@@ -204,16 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     # Everything a mistake can be in (arms, config keys and values, the YAML file, the shard
     # folder) is checked here, before Ray starts: a ValueError naming it ends the command.
     plan = make_plan(args)
-    if args.fresh:
-        remove_earlier(plan)
-    else:
-        check_saved_weights(plan)
-    plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
-    try:
-        run(plan, address=args.address)
-    except KeyboardInterrupt as e:  # Tune saved the arm's state: one line, not a traceback
-        print(f"tune/sweep.py: {str(e) or 'interrupted'}", file=sys.stderr, flush=True)
-        return 130
+    with sole_sweep(plan):
+        if args.fresh:
+            remove_earlier(plan)
+        else:
+            check_saved_weights(plan)
+        plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
+        try:
+            run(plan, address=args.address)
+        except KeyboardInterrupt as e:  # Tune saved the arm's state: one line, not a traceback
+            print(f"tune/sweep.py: {str(e) or 'interrupted'}", file=sys.stderr, flush=True)
+            return 130
     return 0
 
 

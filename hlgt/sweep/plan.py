@@ -6,6 +6,7 @@ order. An arm trains only the samples that differ in what its model reads.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -128,6 +129,18 @@ def check_saved_weights(plan: Plan) -> None:
         raise ValueError(f"{plan.root} holds models of weights format {fmt} (e.g. {folder}), saved by an earlier "
                          f"version; this version computes format {WEIGHTS_FORMAT}: re-run with --fresh to retrain "
                          f"every trial (the earlier results under this name are removed), or give another --name")
+
+
+def sole_sweep(plan: Plan) -> contextlib.AbstractContextManager:
+    """The lock of the sweep's folder while it runs: two sweeps of one name at once would write the
+    same Tune state, checkpoints and results (and the --fresh of one would remove the other's), so
+    the second is refused. A sweep stored at a URI (s3://...) has no local lock."""
+    from hlgt.data.build import exclusive
+
+    def refuse() -> None:
+        raise OSError(f"another sweep is running {plan.root}: let it finish, or give this one another --name")
+
+    return contextlib.nullcontext() if is_uri(plan.root) else exclusive(Path(plan.root), busy=refuse)
 
 
 def remove_earlier(plan: Plan) -> None:
