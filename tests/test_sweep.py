@@ -371,3 +371,22 @@ def test_a_second_sweep_of_a_running_name_is_refused_before_ray(tmp_path):
                 command.main(again)
     assert not Path(plan.root).exists()  # the running sweep's folder untouched
 
+
+def test_a_re_run_of_other_settings_is_refused_naming_each_change(tmp_path):
+    from hlgt.sweep.plan import check_same_sweep, remove_earlier, save_settings
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "same"]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    check_same_sweep(plan)  # a new sweep
+    save_settings(plan)
+    again = command.make_plan(command.build_parser().parse_args(argv + ["--max-concurrent", "1", "--no-wandb"]))
+    check_same_sweep(again)  # how it runs may change
+    for extra, change in ((["--ablation", "gts"], r"sweep.arms \['full'\] -> \['full', 'gts'\]"),
+                          (["--set", "train.epochs=3"], "train.epochs 24 -> 3"),
+                          (["--num-samples", "2"], r"sweep.samples \[.*\] -> \[.*\]"),
+                          (["--seeds", "1,2"], r"sweep.replicates \[.*\] -> \[.*\]"),
+                          (["--scheduler", "fifo"], "sweep.scheduler 'asha' -> 'fifo'")):
+        with pytest.raises(ValueError, match=rf"{plan.root} holds a sweep of other settings \({change}\): --fresh starts"):
+            command.main(argv + extra)
+    remove_earlier(plan)  # --fresh: the earlier settings go with the sweep
+    check_same_sweep(command.make_plan(command.build_parser().parse_args(argv + ["--ablation", "gts"])))

@@ -19,8 +19,10 @@ reference unless ``--no-reference``. Each arm is its own Tune experiment (``<sto
 fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
 kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead. These
-stop before Ray starts and say so: a sweep of a name that another sweep is running, a sweep whose
-saved models an older version wrote (another weights format).
+stop before Ray starts and say so: a re-run of other settings (other arms, configurations,
+replicates, scheduler or config keys, but where files go and how trials run; ``<name>/sweep.json``
+holds them), a sweep of a name that another sweep is running, a sweep whose saved models an older
+version wrote (another weights format).
 
 Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
 best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
@@ -42,7 +44,8 @@ from typing import Any
 from hlgt.cli import positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import Plan, build_shards, check_saved_weights, check_trials, remove_earlier, sole_sweep
+from hlgt.sweep.plan import (Plan, build_shards, check_same_sweep, check_saved_weights, check_trials, remove_earlier,
+                             save_settings, sole_sweep)
 from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
@@ -209,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             remove_earlier(plan)
         else:
             check_saved_weights(plan)
+            check_same_sweep(plan)
+        save_settings(plan)
         plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
         try:
             run(plan, address=args.address)
