@@ -390,3 +390,20 @@ def test_a_re_run_of_other_settings_is_refused_naming_each_change(tmp_path):
             command.main(argv + extra)
     remove_earlier(plan)  # --fresh: the earlier settings go with the sweep
     check_same_sweep(command.make_plan(command.build_parser().parse_args(argv + ["--ablation", "gts"])))
+
+
+def test_a_trials_validation_is_its_best_models_even_when_tunes_history_starts_at_a_resume(tmp_path):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    # Killed after epoch 2 (its best, 60%) and resumed: Tune's history holds epochs 3-4 only.
+    checkpoint = tmp_path / "train" / "full-s0-r0-x" / "checkpoint_4"
+    (checkpoint / "best").mkdir(parents=True)
+    (checkpoint / "best" / "run_config.json").write_text(json.dumps({"epoch": 2, "val/value_acc": 0.6}))
+    resumed = SimpleNamespace(config={"arm": "full", "sample": 0, "replicate": 0}, error=None,
+                              metrics={"checkpoint_path": str(checkpoint)},
+                              metrics_dataframe=pd.DataFrame({"epoch": [3, 4], "val/value_acc": [0.3, 0.5]}))
+    plan = Plan(name="t", storage=str(tmp_path), base={}, arms=["full"], samples=[{}], replicates=[{}])
+    (outcome,) = results.outcomes(plan, "full", [resumed])
+    assert outcome.val_value_acc == 0.6 and outcome.checkpoint == str(checkpoint)

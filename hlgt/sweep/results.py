@@ -32,19 +32,38 @@ class TrialOutcome:
     arm: str
     sample: int
     replicate: int
-    val_value_acc: float  # best validation value accuracy the trial reached
+    val_value_acc: float  # the validation value accuracy of the trial's best model
     checkpoint: str | None  # its latest checkpoint (holds best/)
     error: str | None
 
 
-def outcomes(arm: str, grid) -> list[TrialOutcome]:
+def _filesystem(plan: Plan):
+    """The filesystem of the sweep's storage, on which Tune's checkpoint paths lie."""
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(plan.storage)[0] if is_uri(plan.storage) else pyarrow.fs.LocalFileSystem()
+
+
+def best_validation(fs, checkpoint: str | None) -> float:
+    """The validation value accuracy of a checkpoint's best model, as the trial saved it with the
+    model (``best/run_config.json``): over every epoch, where Tune's history of a resumed trial
+    starts at the resume. NaN without a checkpoint or a validated epoch."""
+    try:
+        with fs.open_input_stream(f"{checkpoint}/best/run_config.json") as f:
+            best = float(json.loads(f.read())[C.VAL_VALUE_ACC])
+    except (TypeError, FileNotFoundError, KeyError):
+        return float("nan")
+    return best if best >= 0 else float("nan")  # -1: no epoch validated yet
+
+
+def outcomes(plan: Plan, arm: str, grid) -> list[TrialOutcome]:
     """What each trial of an arm's ResultGrid reached on validation, and where its checkpoint is."""
+    fs = _filesystem(plan)
     out = []
     for r in grid:
-        df = r.metrics_dataframe
-        best = float(df[C.VAL_VALUE_ACC].max()) if df is not None and C.VAL_VALUE_ACC in df else float("nan")
+        checkpoint = (r.metrics or {}).get("checkpoint_path")
         out.append(TrialOutcome(arm=arm, sample=int(r.config["sample"]), replicate=int(r.config["replicate"]),
-                                val_value_acc=best, checkpoint=(r.metrics or {}).get("checkpoint_path"),
+                                val_value_acc=best_validation(fs, checkpoint), checkpoint=checkpoint,
                                 error=None if r.error is None else str(r.error)))
     return out
 
@@ -179,7 +198,7 @@ def summarise(plan: Plan, grids: dict) -> tuple[list[dict], dict[str, Path]]:
                              project=centre.train.wandb_project, name=f"{plan.name}-results",
                              group=plan.name, directory=plan.wandb_dir, job_type="summary", mode=mode)
     try:
-        rows = [select_and_test(plan, arm, outcomes(arm, grids[arm]), tracker) for arm in plan.arms]
+        rows = [select_and_test(plan, arm, outcomes(plan, arm, grids[arm]), tracker) for arm in plan.arms]
         title = f"{plan.name}\n{centre.data.dataset}: value accuracy, mean ± std over {plan.replicate_kind}"
         paths = write_results(plan.local_dir, rows, plan.replicate_kind, title)
         tracker.log_table("results", CSV_COLUMNS, [[r[c] for c in CSV_COLUMNS] for r in rows])
