@@ -98,7 +98,8 @@ def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     ]
     paths = results.write_results(tmp_path, rows, "seeds", "t")
     md = paths["md"].read_text()
-    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 |" in md
+    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 | 12 | 0 |" in md
+    assert "| seeds | trials | failed |" in md
     assert paths["csv"].read_text().splitlines()[0] == ",".join(results.CSV_COLUMNS)
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -407,3 +408,20 @@ def test_a_trials_validation_is_its_best_models_even_when_tunes_history_starts_a
     plan = Plan(name="t", storage=str(tmp_path), base={}, arms=["full"], samples=[{}], replicates=[{}])
     (outcome,) = results.outcomes(plan, "full", [resumed])
     assert outcome.val_value_acc == 0.6 and outcome.checkpoint == str(checkpoint)
+
+
+def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_is_a_row(tmp_path):
+    def trial(sample, val, error=None):
+        return results.TrialOutcome(arm="full", sample=sample, replicate=0, val_value_acc=val,
+                                    checkpoint=f"/c/{sample}", error=error)
+
+    # A trial that failed after saving a better model is not chosen: its run did not finish.
+    assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
+    plan = Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
+                samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
+    row = results.select_and_test(plan, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
+    assert (row["config"], row["runs"], row["trials"], row["failed"]) == ("no trial finished", 0, 2, 2)
+    assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
+    paths = results.write_results(tmp_path, [row], "seeds", "t")
+    assert "| full | no trial finished | - | - | - | 0 | 2 | 2 |" in paths["md"].read_text()
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"

@@ -216,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         save_settings(plan)
         plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
         try:
-            run(plan, address=args.address)
+            rows = run(plan, address=args.address)
         except KeyboardInterrupt as e:  # Tune saved the arm's state: one line, not a traceback
             print(f"tune/sweep.py: {str(e) or 'interrupted'}", file=sys.stderr, flush=True)
             return 130
-    return 0
+    return 1 if any(not r["runs"] for r in rows) else 0  # an arm without a score is no result
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from hlgt import config as C
 from hlgt.config import Config
@@ -203,9 +204,13 @@ def epoch_lines():
             print(f"[sweep] {trial} finished", flush=True)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            where = getattr(trial, "error_file", None)
-            print(f"[sweep] {trial} FAILED: {str(trial.get_error() or '').strip().splitlines()[-1:] or ['?']} "
-                  f"({where or 'see Ray logs'}; --verbose shows the workers' output)", flush=True)
+            # The error file is on this machine now; Tune's get_error reads the copy in the storage,
+            # which is written later.
+            where = trial.error_file
+            lines = Path(where).read_text(encoding="utf-8").split("\n") if where and Path(where).is_file() else []
+            last = next((line.strip() for line in reversed(lines) if line.strip()), "?")
+            print(f"[sweep] {trial} FAILED: {last} ({where or 'see Ray logs'}; --verbose shows the workers' "
+                  "output)", flush=True)
 
     return EpochLines()
 
@@ -286,4 +291,8 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
           f"arm's best configuration\n", flush=True)
     print(results.results_markdown(rows, plan.replicate_kind), flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
+    for r in rows:
+        if r["failed"] or not r["runs"]:
+            print(f"[sweep] {r['arm']}: {r['failed']} of {r['trials']} trial(s) failed"
+                  + ("; no trial finished, so the arm has no scores" if not r["runs"] else ""), flush=True)
     return rows

@@ -74,12 +74,12 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def choose(arm: str, trials: list[TrialOutcome]) -> list[TrialOutcome]:
-    """The replicates of the arm's configuration with the best mean validation value accuracy."""
-    usable = [t for t in trials if t.checkpoint and not math.isnan(t.val_value_acc)]
+def choose(trials: list[TrialOutcome]) -> list[TrialOutcome]:
+    """The replicates of the arm's configuration with the best mean validation value accuracy,
+    among the trials that did not fail and saved a validated model; none when no trial did."""
+    usable = [t for t in trials if t.error is None and t.checkpoint and not math.isnan(t.val_value_acc)]
     if not usable:
-        errors = "; ".join(sorted({t.error for t in trials if t.error})) or "no checkpoint reported"
-        raise RuntimeError(f"arm {arm}: no trial produced a checkpoint ({errors})")
+        return []
     by_sample: dict[int, list[TrialOutcome]] = {}
     for t in usable:
         by_sample.setdefault(t.sample, []).append(t)
@@ -117,13 +117,15 @@ def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):
 
 
 def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -> dict:
-    """The arm's row of the table: its chosen configuration, validation and test mean ± std."""
-    chosen = choose(arm, trials)
+    """The arm's row of the table: its chosen configuration, validation and test mean ± std, how
+    many trials ran and failed (no configuration and NaN scores when no trial finished)."""
+    chosen = choose(trials)
     reports = [evaluate_on_test(plan, t, tracker) for t in chosen]
     val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
     tv_mean, tv_std = mean_std([r.value_acc for r in reports])
     te_mean, te_std = mean_std([r.equation_acc for r in reports])
-    return {"arm": arm, "config": describe(plan.arm_params(arm, chosen[0].sample)), "runs": len(chosen),
+    config = describe(plan.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
+    return {"arm": arm, "config": config, "runs": len(chosen),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
             "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
             "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
@@ -132,16 +134,19 @@ def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -
 
 
 def _pct(mean: float, std: float) -> str:
-    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+    return "-" if math.isnan(mean) else f"{100 * mean:.1f} ± {100 * std:.1f}"
 
 
 def results_markdown(rows: list[dict], replicate_kind: str) -> str:
-    lines = [f"| arm | config | val value acc (%) | test value acc (%) | test equation acc (%) | {replicate_kind} |",
-             "|---|---|---:|---:|---:|---:|"]
+    """The table: per arm, its chosen configuration's scores over its replicates (``replicate_kind``),
+    and how many of the arm's trials ran and how many of them failed."""
+    lines = [f"| arm | config | val value acc (%) | test value acc (%) | test equation acc (%) | {replicate_kind} "
+             "| trials | failed |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {r['config']} | {_pct(r['val_value_acc_mean'], r['val_value_acc_std'])} "
                      f"| {_pct(r['test_value_acc_mean'], r['test_value_acc_std'])} "
-                     f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} |")
+                     f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} "
+                     f"| {r['trials']} | {r['failed']} |")
     return "\n".join(lines) + "\n"
 
 
