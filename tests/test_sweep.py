@@ -1,6 +1,6 @@
 """The sweep: search space sampling, the plan, the results table and chart, the command line
 (``tune/sweep.py``, loaded from its file); and (Ray) a two-arm sweep on the sample data that writes
-the table, the chart and one offline W&B run per trial."""
+the table, the chart, the best models and one offline W&B run per trial."""
 import importlib.util
 import json
 import math
@@ -91,15 +91,18 @@ def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     rows = [
         {"arm": "full", "config": "heads=4 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 0,
          "val_value_acc_mean": 0.80, "val_value_acc_std": 0.01, "test_value_acc_mean": 0.78,
-         "test_value_acc_std": 0.02, "test_equation_acc_mean": 0.70, "test_equation_acc_std": 0.03},
+         "test_value_acc_std": 0.02, "test_equation_acc_mean": 0.70, "test_equation_acc_std": 0.03,
+         "checkpoints": ["/s/train/full-s0-r0-a/checkpoint_1/best"]},
         {"arm": "no_line_graph", "config": "heads=2 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 1,
          "val_value_acc_mean": 0.75, "val_value_acc_std": 0.0, "test_value_acc_mean": 0.74,
-         "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01},
+         "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01,
+         "checkpoints": ["/s/train/no_line_graph-s1-r0-b/checkpoint_2/best"]},
     ]
     paths = results.write_results(tmp_path, rows, "seeds", "t")
     md = paths["md"].read_text()
     assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 | 12 | 0 |" in md
     assert "| seeds | trials | failed |" in md
+    assert "- full: /s/train/full-s0-r0-a/checkpoint_1/best\n- no_line_graph: /s/train/no_line_graph-s1-r0-b" in md
     assert paths["csv"].read_text().splitlines()[0] == ",".join(results.CSV_COLUMNS)
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -143,6 +146,7 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
     for r in results:
         assert r["runs"] == 1 and 0.0 <= r["test_value_acc_mean"] <= 1.0
         assert (root / "best" / r["arm"] / "replicate0" / "predictions_test.jsonl").exists()
+        assert f"- {r['arm']}: {r['checkpoints'][0]}" in out and Path(r["checkpoints"][0], "model.pt").exists()
     assert (root / "results.png").read_bytes()[:4] == b"\x89PNG" and (root / "results.csv").exists()
     # One offline W&B run per trial (named by arm and trial, grouped by the sweep) + the summary run.
     runs = sorted(root.glob("wandb/offline-run-*"))

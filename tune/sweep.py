@@ -27,8 +27,10 @@ version wrote (another weights format).
 Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
 best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
 on test. The sweep writes ``results.md``, ``results.csv``, ``results.json`` and ``results.png``
-(bars per arm, mean ± std) into ``<storage>/<name>/`` and, with W&B on, one summary run with the
-table and the best models' test predictions (each trial has its own run, grouped by the sweep).
+(bars per arm, mean ± std) into ``<storage>/<name>/``, the table and the chosen models' folders
+(``--model`` of ``hlgt.solve`` and ``hlgt.train.evaluate``) also on the console, and, with W&B on,
+one summary run with the table and the best models' test predictions (each trial has its own run,
+grouped by the sweep).
 
 This file reads the command line (and the YAML file) into a ``hlgt.sweep.plan.Plan`` and runs it;
 the sweep itself lives in the installed package ``hlgt.sweep``, which Ray's workers import.

@@ -290,6 +290,7 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
     print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; selection on validation, test evaluated once per "
           f"arm's best configuration\n", flush=True)
     print(results.results_markdown(rows, plan.replicate_kind), flush=True)
+    print(results.best_models_markdown(rows), flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
     for r in rows:
         if r["failed"] or not r["runs"]:

@@ -150,6 +150,14 @@ def results_markdown(rows: list[dict], replicate_kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def best_models_markdown(rows: list[dict]) -> str:
+    """Where each arm's chosen models are, one per replicate: what ``hlgt.solve`` and
+    ``hlgt.train.evaluate`` take as ``--model``."""
+    lines = [f"- {r['arm']}: {path}" for r in rows for path in r["checkpoints"]]
+    return ("Best models (`python -m hlgt.solve --model PATH \"...\"`, `python -m hlgt.train.evaluate --model PATH "
+            "--split test`):\n\n" + "\n".join(lines) + "\n")
+
+
 def _chart(path: Path, rows: list[dict], title: str) -> None:
     """Validation and test value accuracy per arm, mean ± std bars."""
     import matplotlib
@@ -179,8 +187,8 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"md": directory / "results.md", "csv": directory / "results.csv",
              "json": directory / "results.json", "png": directory / "results.png"}
-    paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind),
-                           encoding="utf-8")
+    paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind)
+                           + "\n" + best_models_markdown(rows), encoding="utf-8")
     with paths["csv"].open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
