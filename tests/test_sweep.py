@@ -429,3 +429,26 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     paths = results.write_results(tmp_path, [row], "seeds", "t")
     assert "| full | no trial finished | - | - | - | 0 | 2 | 2 |" in paths["md"].read_text()
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    for text, message in (("space: 3\n", "space must be a mapping of config keys, got 3"),
+                          ("set: [1]\n", r"set must be a mapping of config keys, got \[1\]"),
+                          ("ablation: 5\n", "ablation must be an arm name or a list of them, got 5"),
+                          ("scheduler: foo\n", "scheduler must be one of asha, median, fifo, got 'foo'"),
+                          ("space:\n  train.lr: {uniform: 5}\n", r"'train.lr' must be a list of values or \{uniform"),
+                          ("space:\n  train.lr: {uniform: [a, b]}\n", r"'train.lr' must be a list of values or \{uniform")):
+        space.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
+    space.write_text("space:\n  train.lr: {loguniform: [1e-4, 1e-2]}\n", encoding="utf-8")  # YAML's text numbers
+    assert command.make_plan(command.build_parser().parse_args(["--space", str(space), "--storage", str(tmp_path)]))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=f"--storage {tmp_path / 'file'} is a file, not a folder"):
+        command.main(["--storage", str(tmp_path / "file")])
+    for flag, value, message in (("--cpus-per-trial", "-1", "must be > 0"), ("--cpus-per-trial", "0", "must be > 0"),
+                                 ("--max-concurrent", "-3", "must be >= 0"), ("--workers-per-trial", "0", "must be >= 1")):
+        with pytest.raises(SystemExit):
+            command.build_parser().parse_args([flag, value])
+        assert f"argument {flag}: {message}" in capsys.readouterr().err

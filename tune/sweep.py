@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hlgt.cli import positive_int
+from hlgt.cli import non_negative_int, positive_float, positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
 from hlgt.sweep.plan import (Plan, build_shards, check_same_sweep, check_saved_weights, check_trials, remove_earlier,
@@ -55,6 +55,7 @@ SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.
          "train.eval_every": 3, "train.threads": 1, "model.embedding_size": 64, "model.hidden_size": 128,
          "model.beam_size": 3, "model.max_output_len": 20}
 YAML_KEYS = {"space", "num_samples", "seeds", "folds", "ablation", "scheduler", "set"}
+SCHEDULERS = ("asha", "median", "fifo")
 # The search flags and the config key each one searches.
 SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
                 "hidden": "model.hidden_size"}
@@ -83,13 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--seeds", default=None, help="training seeds per configuration, e.g. 1,2,3")
     p.add_argument("--folds", default=None, help="MAWPS folds per configuration, e.g. 0,1,2,3,4")
-    p.add_argument("--scheduler", default=None, choices=["asha", "median", "fifo"], help="default asha")
-    p.add_argument("--workers-per-trial", type=int, default=1)
-    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per training worker")
+    p.add_argument("--scheduler", default=None, choices=SCHEDULERS, help="default asha")
+    p.add_argument("--workers-per-trial", type=positive_int, default=1)
+    p.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="CPUs per training worker")
     p.add_argument("--gpus-per-trial", type=float, default=None,
                    help="GPUs per training worker (0: CPUs only; default: on a cluster with GPUs, as many "
                         "trials per GPU as fit in its memory, measured by one probe step)")
-    p.add_argument("--max-concurrent", type=int, default=0, help="trials at once (default: what the cluster fits)")
+    p.add_argument("--max-concurrent", type=non_negative_int, default=0, help="trials at once (default: what the cluster fits)")
     p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
@@ -119,6 +120,14 @@ def load_yaml(path: str | None) -> dict:
     unknown = set(data) - YAML_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    for key in ("space", "set"):
+        if key in data and not isinstance(data[key], dict):
+            raise ValueError(f"{path}: {key} must be a mapping of config keys, got {data[key]!r}")
+    arms = data.get("ablation", "")
+    if not (isinstance(arms, str) or isinstance(arms, list) and all(isinstance(a, str) for a in arms)):
+        raise ValueError(f"{path}: ablation must be an arm name or a list of them, got {arms!r}")
+    if data.get("scheduler", "asha") not in SCHEDULERS:
+        raise ValueError(f"{path}: scheduler must be one of {', '.join(SCHEDULERS)}, got {data['scheduler']!r}")
     return data
 
 
@@ -192,6 +201,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     replicates = [{"data.fold": f, "train.seed": s} for f in folds for s in seeds]
     name = args.name or ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80]
     storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
+    if not is_uri(storage) and Path(storage).exists() and not Path(storage).is_dir():
+        raise ValueError(f"--storage {storage} is a file, not a folder")
     plan = Plan(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
                 scheduler=args.scheduler or spec.get("scheduler") or "asha", workers=args.workers_per_trial,
                 cpus_per_worker=args.cpus_per_trial, gpus_per_worker=args.gpus_per_trial,
