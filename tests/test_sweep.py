@@ -428,6 +428,7 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
     paths = results.write_results(tmp_path, [row], "seeds", "t")
     assert "| full | no trial finished | - | - | - | 0 | 2 | 2 |" in paths["md"].read_text()
+    assert "- none: no trial finished" in paths["md"].read_text()
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
 
 

@@ -153,7 +153,7 @@ def results_markdown(rows: list[dict], replicate_kind: str) -> str:
 def best_models_markdown(rows: list[dict]) -> str:
     """Where each arm's chosen models are, one per replicate: what ``hlgt.solve`` and
     ``hlgt.train.evaluate`` take as ``--model``."""
-    lines = [f"- {r['arm']}: {path}" for r in rows for path in r["checkpoints"]]
+    lines = [f"- {r['arm']}: {path}" for r in rows for path in r["checkpoints"]] or ["- none: no trial finished"]
     return ("Best models (`python -m hlgt.solve --model PATH \"...\"`, `python -m hlgt.train.evaluate --model PATH "
             "--split test`):\n\n" + "\n".join(lines) + "\n")
 
