@@ -6,7 +6,7 @@ files: ValueError (with its subclasses: bad config keys and values, JSON and Par
 parse), KeyError and OSError (missing, unreadable or unwritable files and folders). Anything else
 is a bug and keeps its traceback.
 
-``positive_int``, ``non_negative_int`` and ``device`` are argparse types: argparse names the option
+``positive_int``, ``non_negative_int``, ``positive_float`` and ``device`` are argparse types: argparse names the option
 of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a command's own flags set.
 
 ``Progress`` reports a long step (annotating, evaluating, solving a file) as it goes.
@@ -60,6 +60,16 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _int(text, 0, ">= 0")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number, got {text!r}")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def device(text: str) -> str:

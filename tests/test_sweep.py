@@ -1,6 +1,6 @@
 """The sweep: search space sampling, the plan, the results table and chart, the command line
 (``tune/sweep.py``, loaded from its file); and (Ray) a two-arm sweep on the sample data that writes
-the table, the chart and one offline W&B run per trial."""
+the table, the chart, the best models and one offline W&B run per trial."""
 import importlib.util
 import json
 import math
@@ -91,14 +91,18 @@ def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     rows = [
         {"arm": "full", "config": "heads=4 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 0,
          "val_value_acc_mean": 0.80, "val_value_acc_std": 0.01, "test_value_acc_mean": 0.78,
-         "test_value_acc_std": 0.02, "test_equation_acc_mean": 0.70, "test_equation_acc_std": 0.03},
+         "test_value_acc_std": 0.02, "test_equation_acc_mean": 0.70, "test_equation_acc_std": 0.03,
+         "checkpoints": ["/s/train/full-s0-r0-a/checkpoint_1/best"]},
         {"arm": "no_line_graph", "config": "heads=2 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 1,
          "val_value_acc_mean": 0.75, "val_value_acc_std": 0.0, "test_value_acc_mean": 0.74,
-         "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01},
+         "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01,
+         "checkpoints": ["/s/train/no_line_graph-s1-r0-b/checkpoint_2/best"]},
     ]
     paths = results.write_results(tmp_path, rows, "seeds", "t")
     md = paths["md"].read_text()
-    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 |" in md
+    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 | 12 | 0 |" in md
+    assert "| seeds | trials | failed |" in md
+    assert "- full: /s/train/full-s0-r0-a/checkpoint_1/best\n- no_line_graph: /s/train/no_line_graph-s1-r0-b" in md
     assert paths["csv"].read_text().splitlines()[0] == ",".join(results.CSV_COLUMNS)
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -142,6 +146,7 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
     for r in results:
         assert r["runs"] == 1 and 0.0 <= r["test_value_acc_mean"] <= 1.0
         assert (root / "best" / r["arm"] / "replicate0" / "predictions_test.jsonl").exists()
+        assert f"- {r['arm']}: {r['checkpoints'][0]}" in out and Path(r["checkpoints"][0], "model.pt").exists()
     assert (root / "results.png").read_bytes()[:4] == b"\x89PNG" and (root / "results.csv").exists()
     # One offline W&B run per trial (named by arm and trial, grouped by the sweep) + the summary run.
     runs = sorted(root.glob("wandb/offline-run-*"))
@@ -327,3 +332,124 @@ def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_p
     plan.max_concurrent, plan.gpus_per_worker = 0, 0.25
     with pytest.raises(RuntimeError, match="the cluster has 0 GPUs; a trial needs 0.25"):
         concurrency(plan)
+
+
+class _InterruptedTuner:
+    """A Tuner whose run gets Ctrl-C: Tune's own SIGINT handling, then a grid as Tune returns it."""
+
+    def __init__(self, interrupt: bool) -> None:
+        self.interrupt = interrupt
+
+    def fit(self):
+        import os
+        import signal
+
+        from ray.tune.tune import _setup_signal_catching
+
+        _setup_signal_catching()
+        if self.interrupt:
+            os.kill(os.getpid(), signal.SIGINT)
+        return "grid"
+
+
+def test_ctrl_c_stops_the_sweep_instead_of_going_on_to_the_next_arm():
+    import signal
+
+    from hlgt.sweep.experiments import fit_unless_interrupted
+
+    before = signal.getsignal(signal.SIGINT)
+    assert fit_unless_interrupted(_InterruptedTuner(False), "full") == "grid"
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt, match="sweep interrupted in arm full; re-run the same command"):
+        fit_unless_interrupted(_InterruptedTuner(True), "full")
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_second_sweep_of_a_running_name_is_refused_before_ray(tmp_path):
+    from hlgt.sweep.plan import sole_sweep
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "busy"]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    with sole_sweep(plan):
+        for again in (argv, argv + ["--fresh"]):
+            with pytest.raises(OSError, match=f"another sweep is running {plan.root}: let it finish, or give"):
+                command.main(again)
+    assert not Path(plan.root).exists()  # the running sweep's folder untouched
+
+
+def test_a_re_run_of_other_settings_is_refused_naming_each_change(tmp_path):
+    from hlgt.sweep.plan import check_same_sweep, remove_earlier, save_settings
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "same"]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    check_same_sweep(plan)  # a new sweep
+    save_settings(plan)
+    again = command.make_plan(command.build_parser().parse_args(argv + ["--max-concurrent", "1", "--no-wandb"]))
+    check_same_sweep(again)  # how it runs may change
+    for extra, change in ((["--ablation", "gts"], r"sweep.arms \['full'\] -> \['full', 'gts'\]"),
+                          (["--set", "train.epochs=3"], "train.epochs 24 -> 3"),
+                          (["--num-samples", "2"], r"sweep.samples \[.*\] -> \[.*\]"),
+                          (["--seeds", "1,2"], r"sweep.replicates \[.*\] -> \[.*\]"),
+                          (["--scheduler", "fifo"], "sweep.scheduler 'asha' -> 'fifo'")):
+        with pytest.raises(ValueError, match=rf"{plan.root} holds a sweep of other settings \({change}\): --fresh starts"):
+            command.main(argv + extra)
+    remove_earlier(plan)  # --fresh: the earlier settings go with the sweep
+    check_same_sweep(command.make_plan(command.build_parser().parse_args(argv + ["--ablation", "gts"])))
+
+
+def test_a_trials_validation_is_its_best_models_even_when_tunes_history_starts_at_a_resume(tmp_path):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    # Killed after epoch 2 (its best, 60%) and resumed: Tune's history holds epochs 3-4 only.
+    checkpoint = tmp_path / "train" / "full-s0-r0-x" / "checkpoint_4"
+    (checkpoint / "best").mkdir(parents=True)
+    (checkpoint / "best" / "run_config.json").write_text(json.dumps({"epoch": 2, "val/value_acc": 0.6}))
+    resumed = SimpleNamespace(config={"arm": "full", "sample": 0, "replicate": 0}, error=None,
+                              metrics={"checkpoint_path": str(checkpoint)},
+                              metrics_dataframe=pd.DataFrame({"epoch": [3, 4], "val/value_acc": [0.3, 0.5]}))
+    plan = Plan(name="t", storage=str(tmp_path), base={}, arms=["full"], samples=[{}], replicates=[{}])
+    (outcome,) = results.outcomes(plan, "full", [resumed])
+    assert outcome.val_value_acc == 0.6 and outcome.checkpoint == str(checkpoint)
+
+
+def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_is_a_row(tmp_path):
+    def trial(sample, val, error=None):
+        return results.TrialOutcome(arm="full", sample=sample, replicate=0, val_value_acc=val,
+                                    checkpoint=f"/c/{sample}", error=error)
+
+    # A trial that failed after saving a better model is not chosen: its run did not finish.
+    assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
+    plan = Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
+                samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
+    row = results.select_and_test(plan, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
+    assert (row["config"], row["runs"], row["trials"], row["failed"]) == ("no trial finished", 0, 2, 2)
+    assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
+    paths = results.write_results(tmp_path, [row], "seeds", "t")
+    assert "| full | no trial finished | - | - | - | 0 | 2 | 2 |" in paths["md"].read_text()
+    assert "- none: no trial finished" in paths["md"].read_text()
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    for text, message in (("space: 3\n", "space must be a mapping of config keys, got 3"),
+                          ("set: [1]\n", r"set must be a mapping of config keys, got \[1\]"),
+                          ("ablation: 5\n", "ablation must be an arm name or a list of them, got 5"),
+                          ("scheduler: foo\n", "scheduler must be one of asha, median, fifo, got 'foo'"),
+                          ("space:\n  train.lr: {uniform: 5}\n", r"'train.lr' must be a list of values or \{uniform"),
+                          ("space:\n  train.lr: {uniform: [a, b]}\n", r"'train.lr' must be a list of values or \{uniform")):
+        space.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
+    space.write_text("space:\n  train.lr: {loguniform: [1e-4, 1e-2]}\n", encoding="utf-8")  # YAML's text numbers
+    assert command.make_plan(command.build_parser().parse_args(["--space", str(space), "--storage", str(tmp_path)]))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=f"--storage {tmp_path / 'file'} is a file, not a folder"):
+        command.main(["--storage", str(tmp_path / "file")])
+    for flag, value, message in (("--cpus-per-trial", "-1", "must be > 0"), ("--cpus-per-trial", "0", "must be > 0"),
+                                 ("--max-concurrent", "-3", "must be >= 0"), ("--workers-per-trial", "0", "must be >= 1")):
+        with pytest.raises(SystemExit):
+            command.build_parser().parse_args([flag, value])
+        assert f"argument {flag}: {message}" in capsys.readouterr().err

@@ -18,15 +18,19 @@ reference unless ``--no-reference``. Each arm is its own Tune experiment (``<sto
 ``hlgt/sweep/experiments.py``) so that the scheduler (ASHA by default, ``--scheduler
 fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
-kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead; a
-sweep whose saved models an older version wrote (another weights format) stops before Ray starts
-and says so.
+kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead. These
+stop before Ray starts and say so: a re-run of other settings (other arms, configurations,
+replicates, scheduler or config keys, but where files go and how trials run; ``<name>/sweep.json``
+holds them), a sweep of a name that another sweep is running, a sweep whose saved models an older
+version wrote (another weights format).
 
 Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
 best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
 on test. The sweep writes ``results.md``, ``results.csv``, ``results.json`` and ``results.png``
-(bars per arm, mean ± std) into ``<storage>/<name>/`` and, with W&B on, one summary run with the
-table and the best models' test predictions (each trial has its own run, grouped by the sweep).
+(bars per arm, mean ± std) into ``<storage>/<name>/``, the table and the chosen models' folders
+(``--model`` of ``hlgt.solve`` and ``hlgt.train.evaluate``) also on the console, and, with W&B on,
+one summary run with the table and the best models' test predictions (each trial has its own run,
+grouped by the sweep).
 
 This file reads the command line (and the YAML file) into a ``hlgt.sweep.plan.Plan`` and runs it;
 the sweep itself lives in the installed package ``hlgt.sweep``, which Ray's workers import.
@@ -39,10 +43,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hlgt.cli import positive_int
+from hlgt.cli import non_negative_int, positive_float, positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import Plan, build_shards, check_saved_weights, check_trials, remove_earlier
+from hlgt.sweep.plan import (Plan, build_shards, check_same_sweep, check_saved_weights, check_trials, remove_earlier,
+                             save_settings, sole_sweep)
 from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
@@ -50,6 +55,7 @@ SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.
          "train.eval_every": 3, "train.threads": 1, "model.embedding_size": 64, "model.hidden_size": 128,
          "model.beam_size": 3, "model.max_output_len": 20}
 YAML_KEYS = {"space", "num_samples", "seeds", "folds", "ablation", "scheduler", "set"}
+SCHEDULERS = ("asha", "median", "fifo")
 # The search flags and the config key each one searches.
 SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
                 "hidden": "model.hidden_size"}
@@ -78,13 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--seeds", default=None, help="training seeds per configuration, e.g. 1,2,3")
     p.add_argument("--folds", default=None, help="MAWPS folds per configuration, e.g. 0,1,2,3,4")
-    p.add_argument("--scheduler", default=None, choices=["asha", "median", "fifo"], help="default asha")
-    p.add_argument("--workers-per-trial", type=int, default=1)
-    p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per training worker")
+    p.add_argument("--scheduler", default=None, choices=SCHEDULERS, help="default asha")
+    p.add_argument("--workers-per-trial", type=positive_int, default=1)
+    p.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="CPUs per training worker")
     p.add_argument("--gpus-per-trial", type=float, default=None,
                    help="GPUs per training worker (0: CPUs only; default: on a cluster with GPUs, as many "
                         "trials per GPU as fit in its memory, measured by one probe step)")
-    p.add_argument("--max-concurrent", type=int, default=0, help="trials at once (default: what the cluster fits)")
+    p.add_argument("--max-concurrent", type=non_negative_int, default=0, help="trials at once (default: what the cluster fits)")
     p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
@@ -114,6 +120,14 @@ def load_yaml(path: str | None) -> dict:
     unknown = set(data) - YAML_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    for key in ("space", "set"):
+        if key in data and not isinstance(data[key], dict):
+            raise ValueError(f"{path}: {key} must be a mapping of config keys, got {data[key]!r}")
+    arms = data.get("ablation", "")
+    if not (isinstance(arms, str) or isinstance(arms, list) and all(isinstance(a, str) for a in arms)):
+        raise ValueError(f"{path}: ablation must be an arm name or a list of them, got {arms!r}")
+    if data.get("scheduler", "asha") not in SCHEDULERS:
+        raise ValueError(f"{path}: scheduler must be one of {', '.join(SCHEDULERS)}, got {data['scheduler']!r}")
     return data
 
 
@@ -187,6 +201,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     replicates = [{"data.fold": f, "train.seed": s} for f in folds for s in seeds]
     name = args.name or ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80]
     storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
+    if not is_uri(storage) and Path(storage).exists() and not Path(storage).is_dir():
+        raise ValueError(f"--storage {storage} is a file, not a folder")
     plan = Plan(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
                 scheduler=args.scheduler or spec.get("scheduler") or "asha", workers=args.workers_per_trial,
                 cpus_per_worker=args.cpus_per_trial, gpus_per_worker=args.gpus_per_trial,
@@ -204,13 +220,20 @@ def main(argv: list[str] | None = None) -> int:
     # Everything a mistake can be in (arms, config keys and values, the YAML file, the shard
     # folder) is checked here, before Ray starts: a ValueError naming it ends the command.
     plan = make_plan(args)
-    if args.fresh:
-        remove_earlier(plan)
-    else:
-        check_saved_weights(plan)
-    plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
-    run(plan, address=args.address)
-    return 0
+    with sole_sweep(plan):
+        if args.fresh:
+            remove_earlier(plan)
+        else:
+            check_saved_weights(plan)
+            check_same_sweep(plan)
+        save_settings(plan)
+        plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
+        try:
+            rows = run(plan, address=args.address)
+        except KeyboardInterrupt as e:  # Tune saved the arm's state: one line, not a traceback
+            print(f"tune/sweep.py: {str(e) or 'interrupted'}", file=sys.stderr, flush=True)
+            return 130
+    return 1 if any(not r["runs"] for r in rows) else 0  # an arm without a score is no result
 
 
 if __name__ == "__main__":

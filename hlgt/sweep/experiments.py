@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from hlgt import config as C
 from hlgt.config import Config
@@ -203,9 +204,13 @@ def epoch_lines():
             print(f"[sweep] {trial} finished", flush=True)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            where = getattr(trial, "error_file", None)
-            print(f"[sweep] {trial} FAILED: {str(trial.get_error() or '').strip().splitlines()[-1:] or ['?']} "
-                  f"({where or 'see Ray logs'}; --verbose shows the workers' output)", flush=True)
+            # The error file is on this machine now; Tune's get_error reads the copy in the storage,
+            # which is written later.
+            where = trial.error_file
+            lines = Path(where).read_text(encoding="utf-8").split("\n") if where and Path(where).is_file() else []
+            last = next((line.strip() for line in reversed(lines) if line.strip()), "?")
+            print(f"[sweep] {trial} FAILED: {last} ({where or 'see Ray logs'}; --verbose shows the workers' "
+                  "output)", flush=True)
 
     return EpochLines()
 
@@ -233,8 +238,25 @@ def run_arm(plan: Plan, arm: str):
             run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root, verbose=2 if plan.verbose else 0,
                                           callbacks=[] if plan.verbose else [epoch_lines()]),
         )
-    grid = tuner.fit()
-    if grid.num_terminated + grid.num_errors < len(grid):  # Ctrl-C: Tune saved its state and returned
+    return fit_unless_interrupted(tuner, arm)
+
+
+def fit_unless_interrupted(tuner, arm: str):
+    """``tuner.fit()``'s ResultGrid, or ``KeyboardInterrupt`` when Ctrl-C stopped it. Tune catches
+    the signal, saves its state and returns as if done (its stopped trials read as terminated);
+    its handler puts back the one it replaced, so finding ours back in place means a signal came."""
+    import signal
+
+    def ours(sig, frame):  # a second Ctrl-C, once Tune has let go of the signal
+        signal.default_int_handler(sig, frame)
+
+    previous = signal.signal(signal.SIGINT, ours)
+    try:
+        grid = tuner.fit()
+    finally:
+        interrupted = signal.getsignal(signal.SIGINT) is ours
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
         raise KeyboardInterrupt(f"sweep interrupted in arm {arm}; re-run the same command to resume it")
     return grid
 
@@ -268,5 +290,10 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
     print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; selection on validation, test evaluated once per "
           f"arm's best configuration\n", flush=True)
     print(results.results_markdown(rows, plan.replicate_kind), flush=True)
+    print(results.best_models_markdown(rows), flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
+    for r in rows:
+        if r["failed"] or not r["runs"]:
+            print(f"[sweep] {r['arm']}: {r['failed']} of {r['trials']} trial(s) failed"
+                  + ("; no trial finished, so the arm has no scores" if not r["runs"] else ""), flush=True)
     return rows

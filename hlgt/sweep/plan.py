@@ -6,6 +6,7 @@ order. An arm trains only the samples that differ in what its model reads.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from typing import Any
 
 from hlgt.config import ABLATIONS, Config, delete_folder, is_uri
 from hlgt.sweep.space import describe
+
+SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
 
 
 @dataclass
@@ -128,6 +131,57 @@ def check_saved_weights(plan: Plan) -> None:
         raise ValueError(f"{plan.root} holds models of weights format {fmt} (e.g. {folder}), saved by an earlier "
                          f"version; this version computes format {WEIGHTS_FORMAT}: re-run with --fresh to retrain "
                          f"every trial (the earlier results under this name are removed), or give another --name")
+
+
+def sole_sweep(plan: Plan) -> contextlib.AbstractContextManager:
+    """The lock of the sweep's folder while it runs: two sweeps of one name at once would write the
+    same Tune state, checkpoints and results (and the --fresh of one would remove the other's), so
+    the second is refused. A sweep stored at a URI (s3://...) has no local lock."""
+    from hlgt.data.build import exclusive
+
+    def refuse() -> None:
+        raise OSError(f"another sweep is running {plan.root}: let it finish, or give this one another --name")
+
+    return contextlib.nullcontext() if is_uri(plan.root) else exclusive(Path(plan.root), busy=refuse)
+
+
+def settings(plan: Plan) -> dict[str, Any]:
+    """What the sweep's trials train, flat: every config key but where files go and how a run runs
+    (``loop.PLACEMENT_KEYS``), then the arms, configurations, replicates and scheduler."""
+    from hlgt.train.loop import PLACEMENT_KEYS
+
+    flat = {k: v for k, v in plan.centre.to_flat().items() if k not in PLACEMENT_KEYS}
+    flat.update({"sweep.arms": plan.arms, "sweep.samples": plan.samples, "sweep.replicates": plan.replicates,
+                 "sweep.scheduler": plan.scheduler})
+    return json.loads(json.dumps(flat))  # as the file reads back (tuples as lists)
+
+
+def check_same_sweep(plan: Plan) -> None:
+    """Before a sweep resumes: ``ValueError`` naming each changed setting when an earlier sweep of
+    this name trained other ones (Tune would restore its trials and mix them with these settings)."""
+    import pyarrow.fs
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)
+    try:
+        with fs.open_input_stream(f"{root}/{SETTINGS_FILE}") as f:
+            saved = json.loads(f.read())
+    except FileNotFoundError:
+        return
+    now = settings(plan)
+    changed = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    if changed:
+        raise ValueError(f"{plan.root} holds a sweep of other settings ({'; '.join(changed)}): --fresh starts it "
+                         "over, --name NAME runs a new sweep beside it")
+
+
+def save_settings(plan: Plan) -> None:
+    """Write ``settings`` into the sweep's root, for ``check_same_sweep`` when it is re-run."""
+    import pyarrow.fs
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:
+        f.write(json.dumps(settings(plan), indent=1).encode("utf-8"))
 
 
 def remove_earlier(plan: Plan) -> None:

@@ -32,19 +32,38 @@ class TrialOutcome:
     arm: str
     sample: int
     replicate: int
-    val_value_acc: float  # best validation value accuracy the trial reached
+    val_value_acc: float  # the validation value accuracy of the trial's best model
     checkpoint: str | None  # its latest checkpoint (holds best/)
     error: str | None
 
 
-def outcomes(arm: str, grid) -> list[TrialOutcome]:
+def _filesystem(plan: Plan):
+    """The filesystem of the sweep's storage, on which Tune's checkpoint paths lie."""
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(plan.storage)[0] if is_uri(plan.storage) else pyarrow.fs.LocalFileSystem()
+
+
+def best_validation(fs, checkpoint: str | None) -> float:
+    """The validation value accuracy of a checkpoint's best model, as the trial saved it with the
+    model (``best/run_config.json``): over every epoch, where Tune's history of a resumed trial
+    starts at the resume. NaN without a checkpoint or a validated epoch."""
+    try:
+        with fs.open_input_stream(f"{checkpoint}/best/run_config.json") as f:
+            best = float(json.loads(f.read())[C.VAL_VALUE_ACC])
+    except (TypeError, FileNotFoundError, KeyError):
+        return float("nan")
+    return best if best >= 0 else float("nan")  # -1: no epoch validated yet
+
+
+def outcomes(plan: Plan, arm: str, grid) -> list[TrialOutcome]:
     """What each trial of an arm's ResultGrid reached on validation, and where its checkpoint is."""
+    fs = _filesystem(plan)
     out = []
     for r in grid:
-        df = r.metrics_dataframe
-        best = float(df[C.VAL_VALUE_ACC].max()) if df is not None and C.VAL_VALUE_ACC in df else float("nan")
+        checkpoint = (r.metrics or {}).get("checkpoint_path")
         out.append(TrialOutcome(arm=arm, sample=int(r.config["sample"]), replicate=int(r.config["replicate"]),
-                                val_value_acc=best, checkpoint=(r.metrics or {}).get("checkpoint_path"),
+                                val_value_acc=best_validation(fs, checkpoint), checkpoint=checkpoint,
                                 error=None if r.error is None else str(r.error)))
     return out
 
@@ -55,12 +74,12 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def choose(arm: str, trials: list[TrialOutcome]) -> list[TrialOutcome]:
-    """The replicates of the arm's configuration with the best mean validation value accuracy."""
-    usable = [t for t in trials if t.checkpoint and not math.isnan(t.val_value_acc)]
+def choose(trials: list[TrialOutcome]) -> list[TrialOutcome]:
+    """The replicates of the arm's configuration with the best mean validation value accuracy,
+    among the trials that did not fail and saved a validated model; none when no trial did."""
+    usable = [t for t in trials if t.error is None and t.checkpoint and not math.isnan(t.val_value_acc)]
     if not usable:
-        errors = "; ".join(sorted({t.error for t in trials if t.error})) or "no checkpoint reported"
-        raise RuntimeError(f"arm {arm}: no trial produced a checkpoint ({errors})")
+        return []
     by_sample: dict[int, list[TrialOutcome]] = {}
     for t in usable:
         by_sample.setdefault(t.sample, []).append(t)
@@ -98,13 +117,15 @@ def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):
 
 
 def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -> dict:
-    """The arm's row of the table: its chosen configuration, validation and test mean ± std."""
-    chosen = choose(arm, trials)
+    """The arm's row of the table: its chosen configuration, validation and test mean ± std, how
+    many trials ran and failed (no configuration and NaN scores when no trial finished)."""
+    chosen = choose(trials)
     reports = [evaluate_on_test(plan, t, tracker) for t in chosen]
     val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
     tv_mean, tv_std = mean_std([r.value_acc for r in reports])
     te_mean, te_std = mean_std([r.equation_acc for r in reports])
-    return {"arm": arm, "config": describe(plan.arm_params(arm, chosen[0].sample)), "runs": len(chosen),
+    config = describe(plan.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
+    return {"arm": arm, "config": config, "runs": len(chosen),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
             "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
             "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
@@ -113,17 +134,28 @@ def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -
 
 
 def _pct(mean: float, std: float) -> str:
-    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+    return "-" if math.isnan(mean) else f"{100 * mean:.1f} ± {100 * std:.1f}"
 
 
 def results_markdown(rows: list[dict], replicate_kind: str) -> str:
-    lines = [f"| arm | config | val value acc (%) | test value acc (%) | test equation acc (%) | {replicate_kind} |",
-             "|---|---|---:|---:|---:|---:|"]
+    """The table: per arm, its chosen configuration's scores over its replicates (``replicate_kind``),
+    and how many of the arm's trials ran and how many of them failed."""
+    lines = [f"| arm | config | val value acc (%) | test value acc (%) | test equation acc (%) | {replicate_kind} "
+             "| trials | failed |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {r['config']} | {_pct(r['val_value_acc_mean'], r['val_value_acc_std'])} "
                      f"| {_pct(r['test_value_acc_mean'], r['test_value_acc_std'])} "
-                     f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} |")
+                     f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} "
+                     f"| {r['trials']} | {r['failed']} |")
     return "\n".join(lines) + "\n"
+
+
+def best_models_markdown(rows: list[dict]) -> str:
+    """Where each arm's chosen models are, one per replicate: what ``hlgt.solve`` and
+    ``hlgt.train.evaluate`` take as ``--model``."""
+    lines = [f"- {r['arm']}: {path}" for r in rows for path in r["checkpoints"]] or ["- none: no trial finished"]
+    return ("Best models (`python -m hlgt.solve --model PATH \"...\"`, `python -m hlgt.train.evaluate --model PATH "
+            "--split test`):\n\n" + "\n".join(lines) + "\n")
 
 
 def _chart(path: Path, rows: list[dict], title: str) -> None:
@@ -155,8 +187,8 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"md": directory / "results.md", "csv": directory / "results.csv",
              "json": directory / "results.json", "png": directory / "results.png"}
-    paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind),
-                           encoding="utf-8")
+    paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind)
+                           + "\n" + best_models_markdown(rows), encoding="utf-8")
     with paths["csv"].open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -179,7 +211,7 @@ def summarise(plan: Plan, grids: dict) -> tuple[list[dict], dict[str, Path]]:
                              project=centre.train.wandb_project, name=f"{plan.name}-results",
                              group=plan.name, directory=plan.wandb_dir, job_type="summary", mode=mode)
     try:
-        rows = [select_and_test(plan, arm, outcomes(arm, grids[arm]), tracker) for arm in plan.arms]
+        rows = [select_and_test(plan, arm, outcomes(plan, arm, grids[arm]), tracker) for arm in plan.arms]
         title = f"{plan.name}\n{centre.data.dataset}: value accuracy, mean ± std over {plan.replicate_kind}"
         paths = write_results(plan.local_dir, rows, plan.replicate_kind, title)
         tracker.log_table("results", CSV_COLUMNS, [[r[c] for c in CSV_COLUMNS] for r in rows])

@@ -35,6 +35,14 @@ def parse_values(text: str) -> list:
     return out
 
 
+def _is_number(value: Any) -> bool:
+    """A bound of a continuous dimension: a number, or text of one (YAML reads ``1e-4`` as text)."""
+    try:
+        return not isinstance(value, bool) and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 def _check_dimension(key: str, dim: Any) -> None:
     if key not in Config().to_flat():
         raise ValueError(f"search space key {key!r} is not a config key")
@@ -42,7 +50,8 @@ def _check_dimension(key: str, dim: Any) -> None:
         if not dim:
             raise ValueError(f"search space {key!r} has no values")
     elif not (isinstance(dim, dict) and len(dim) == 1 and next(iter(dim)) in ("uniform", "loguniform")
-              and len(next(iter(dim.values()))) == 2):
+              and isinstance(bounds := next(iter(dim.values())), list) and len(bounds) == 2
+              and all(_is_number(b) for b in bounds)):
         raise ValueError(f"search space {key!r} must be a list of values or {{uniform|loguniform: [lo, hi]}}, got {dim!r}")
 
 
