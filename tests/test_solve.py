@@ -22,8 +22,10 @@ def test_chinese_numbers_stay_whole():
 
 def test_chinese_is_segmented_as_math23k_writes_it():
     # Numerals are words where the text has numbers; a bare a/b is a division; digits after a
-    # Latin letter stay in their word; a minus is an operator.
-    assert tokenize("第二天两人看了24页，吃了一半", "zh") == ["第二天", "两人", "看", "了", "24", "页", "，", "吃", "了", "一半"]
+    # Latin letter stay in their word; a minus is an operator; no words guessed beyond jieba's
+    # dictionary (its HMM would join 张明 and 两人).
+    assert tokenize("第二天两人看了24页，吃了一半", "zh") == ["第二天", "两", "人", "看", "了", "24", "页", "，", "吃", "了", "一半"]
+    assert tokenize("张明有120元钱，买书用去80%", "zh") == ["张", "明", "有", "120", "元", "钱", "，", "买", "书", "用", "去", "80%"]
     assert tokenize("剩下的2/3，一台MP3卖100元，面积0.09m2，-5", "zh") == \
         ["剩下", "的", "2", "/", "3", "，", "一台", "MP3", "卖", "100", "元", "，", "面积", "0.09", "m2", "，", "-", "5"]
 
@@ -36,7 +38,7 @@ def test_english_is_split_as_mawps_writes_it():
 
 
 def test_chinese_numerals_before_a_measure_word_are_the_quantities_of_a_text_without_numbers():
-    assert tokenize("小明有三个苹果，吃了一半", "zh")[2:5] == ["3", "个", "苹果"]
+    assert tokenize("小明有三个苹果，吃了一半", "zh")[2:6] == ["有", "3", "个", "苹果"]
     assert "(1/2)" in tokenize("小明有三个苹果，吃了一半", "zh")
     assert tokenize("十二本书", "zh")[0] == "12" and tokenize("三百零五米", "zh")[0] == "305"
     assert tokenize("两千克苹果", "zh")[:2] == ["2", "千克"] and tokenize("两千个人", "zh")[0] == "2000"

@@ -1,11 +1,12 @@
 """Raw problem text -> tokens in the style of the training files, numbers kept whole.
 
-The training files' own segmentations are the reference: a raw text should give the quantities
-its segmentation gives (Math23K's and MAWPS's original texts against their segmented texts:
-tests/test_problems.py). Used for the texts ``solve`` reads and for problem files that give only
+The training files' own segmentations are the reference: a raw text should give the tokens and
+above all the quantities its segmentation gives (Math23K's and MAWPS's original texts against
+their segmented texts: tests/test_problems.py). Used for the texts ``solve`` reads and for problem files that give only
 an ``original_text`` (``hlgt.data.problems``); the benchmark files come segmented.
 
-Chinese: jieba's segmentation between numbers, every number (``(1/5)``, ``1(5/6)``, ``20%``,
+Chinese: jieba's segmentation between numbers, without its HMM (Math23K's files do not join
+characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``, ``1(5/6)``, ``20%``,
 ``3.5``, ``1,200``, ``3:7``) one token. As in Math23K's files, a bare ``a/b`` is a division
 (``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter stay in their
 word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are words (第二天,
@@ -89,8 +90,8 @@ def tokenize(text: str, lang: str) -> list[str]:
     tokens: list[str] = []
     last = 0
     for m in _CHINESE_NUMBER.finditer(text):
-        tokens += jieba.lcut(text[last:m.start()])
+        tokens += jieba.lcut(text[last:m.start()], HMM=False)
         tokens.append(m.group())
         last = m.end()
-    tokens += jieba.lcut(text[last:])
+    tokens += jieba.lcut(text[last:], HMM=False)
     return [t for t in (t.strip() for t in tokens) if t]
