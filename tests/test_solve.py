@@ -31,10 +31,13 @@ def test_chinese_is_segmented_as_math23k_writes_it():
 
 
 def test_english_is_split_as_mawps_writes_it():
-    # A minus after no word is a sign; ordinals and words with digits are one token each.
+    # A minus after no word is a sign; ordinals and words with digits are one token each; clitics
+    # are words of their own; a title keeps its period.
     assert tokenize("Katie's mp3 had -2 songs on the 3rd day, 5-3 or (7)-1.", "en") == \
-        ["Katie's", "mp3", "had", "-2", "songs", "on", "the", "3rd", "day", ",", "5", "-", "3", "or", "(", "7", ")",
-         "-", "1", "."]
+        ["Katie", "'s", "mp3", "had", "-2", "songs", "on", "the", "3rd", "day", ",", "5", "-", "3", "or", "(", "7",
+         ")", "-", "1", "."]
+    assert tokenize("Mrs. Hilt doesn't know Sue’s 2 cats.", "en") == \
+        ["Mrs.", "Hilt", "does", "n't", "know", "Sue", "’s", "2", "cats", "."]
 
 
 def test_chinese_numerals_before_a_measure_word_are_the_quantities_of_a_text_without_numbers():

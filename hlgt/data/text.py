@@ -14,7 +14,8 @@ word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals ar
 its numerals before a measure word (三个, 十二本, 两千克) and 一半 become numbers, so that a
 problem written in characters can be solved.
 
-English: words, numbers and punctuation apart; as in MAWPS's files, a minus right before a number
+English: words, numbers and punctuation apart; as in MAWPS's files, clitics are words of their
+own (``Emily 's``, ``do n't``), a title keeps its period (``Mrs.``), a minus right before a number
 and after no word is its sign (``-2``), and ordinals (``1st``, ``8th``) and words with digits
 (``mp3``, ``H1``) are one token each, not quantities.
 """
@@ -37,7 +38,9 @@ _ENGLISH = re.compile(
     r"\d+(?i:st|nd|rd|th)\b"  # an ordinal
     r"|[A-Za-z]+\d[A-Za-z\d]*"  # a word with digits
     rf"|(?:(?<![\w).])-)?(?:\d+/\d+(?![\d./])|{_NUMBER_FORMS})"
-    r"|[A-Za-z]+(?:'[A-Za-z]+)?|\S"
+    r"|(?:Mrs|Mr|Ms|Dr|St|Jr|Sr)\.(?!\w)"  # a title keeps its period
+    r"|[A-Za-z]+(?=n['’]t\b)|n['’]t\b|['’](?:s|re|ve|ll|d|m)\b"  # clitics apart: do n't, Emily 's
+    r"|[A-Za-z]+|\S"
 )
 
 # Chinese numerals of a text without numbers: a run of numeral characters before a measure word
