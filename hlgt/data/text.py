@@ -2,17 +2,18 @@
 
 The training files' own segmentations are the reference: a raw text should give the tokens and
 above all the quantities its segmentation gives (Math23K's and MAWPS's original texts against
-their segmented texts: tests/test_problems.py). Used for the texts ``solve`` reads and for problem files that give only
-an ``original_text`` (``hlgt.data.problems``); the benchmark files come segmented.
+their segmented texts: tests/test_problems.py). Used for the texts ``solve`` reads and for problem
+files that give only an ``original_text`` (``hlgt.data.problems``); the benchmark files come
+segmented.
 
 Chinese: jieba's segmentation between numbers, without its HMM (Math23K's files do not join
-characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``, ``1(5/6)``, ``20%``,
-``3.5``, ``1,200``, ``3:7``) one token. As in Math23K's files, a bare ``a/b`` is a division
-(``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter stay in their
-word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are words (第二天,
-两人, 一半: the files never write them in digits). A text without any number is the exception:
-its numerals before a measure word (三个, 十二本, 两千克) and 一半 become numbers, so that a
-problem written in characters can be solved.
+characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``,
+``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7``) one token. As in Math23K's files, a bare ``a/b``
+is a division (``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter
+stay in their word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are
+words (第二天, 两人, 一半: the files never write them in digits). A text without any number is the
+exception: its numerals before a measure word (三个, 十二本, 两千克) and 一半 become numbers, so
+that a problem written in characters can be solved.
 
 English: words, numbers and punctuation apart; as in MAWPS's files, clitics are words of their
 own (``Emily 's``, ``do n't``), a title keeps its period (``Mrs.``), a minus right before a number
