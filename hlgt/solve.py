@@ -34,6 +34,7 @@ from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
 from hlgt.data.problems import guess_lang
+from hlgt.data.splits import LANGS
 from hlgt.data.schema import to_row
 from hlgt.data.srl import make_annotator
 from hlgt.data.text import tokenize
@@ -107,16 +108,22 @@ def model_annotator(flat: dict, annotator: str | None):
     return make_annotator(name, flat["data.annotator_model"] if name == flat["data.annotator"] else "")
 
 
+def model_lang(flat: dict) -> str | None:
+    """The language of the model's dataset (a text of it is read in that language, pure arithmetic
+    too); None for the sample data, which has both."""
+    return LANGS.get(flat["data.dataset"])
+
+
 def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annotator: str | None = None,
                beam_size: int | None = None) -> Solution:
-    """Solve one problem written in ``text`` (language guessed when ``lang`` is None). The text is
-    checked before the model is loaded: a refusal is immediate."""
+    """Solve one problem written in ``text`` (``lang`` None: the model's language, else guessed).
+    The text is checked before the model is loaded: a refusal is immediate."""
     # Imported here, not at the top: it brings in torch and the model, which ``--help`` and
     # ``tokenize`` do without.
     from hlgt.inference import load_model, run_config
 
     flat = run_config(model_dir)
-    row = problem_row(text, lang, model_annotator(flat, annotator))
+    row = problem_row(text, lang or model_lang(flat), model_annotator(flat, annotator))
     solver, flat = load_model(model_dir)
     return solve_rows(solver, flat, [row], beam_size)[0]
 
@@ -170,6 +177,7 @@ def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path,
     requests = read_requests(in_path)
     solver, flat = load_model(model_dir)
     annotate = model_annotator(flat, annotator)
+    lang = lang or model_lang(flat)
     results: list[dict] = []
     rows, slots = [], []
     for pid, text, error in requests:
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hlgt.solve", allow_abbrev=False,
                                 description="Solve a math word problem (or a file of them) with a trained model.")
     p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
-    p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: guessed from each text")
+    p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: the model's dataset's; for the sample data's, guessed from each text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
     p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
     p.add_argument("--file", default=None, help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out)")

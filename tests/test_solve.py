@@ -178,3 +178,17 @@ def test_a_file_that_is_not_text_is_named(tmp_path):
     shard.write_bytes(b"PAR1\xff\xfe\x00")
     with pytest.raises(ValueError, match=f"cannot read {shard}: not UTF-8"):
         read_requests(shard)
+
+
+def test_a_text_is_read_in_the_language_of_the_models_dataset(model_dir, tmp_path):
+    # Pure arithmetic has no language of its own: a Math23K model reads it as Chinese (2/3 a
+    # division); the sample data has both languages, so there the text's guess decides.
+    import shutil
+
+    math23k = tmp_path / "best"
+    shutil.copytree(model_dir, math23k)
+    saved = json.loads((math23k / "run_config.json").read_text())
+    saved["config"]["data.dataset"] = "math23k"
+    (math23k / "run_config.json").write_text(json.dumps(saved))
+    assert solve_text(math23k, "840/6/70+630=？").numbers == ["840", "6", "70", "630"]
+    assert solve_text(model_dir, "840/6/70+630=？").numbers == ["840", "6/70", "630"]
