@@ -47,11 +47,19 @@ def storage_root(explicit: str | None, local_default: str, under: str) -> str:
     return root if is_uri(root) else str(Path(root).resolve())
 
 
+def filesystem(root: str):
+    """The pyarrow filesystem of ``root`` (a local path or a URI Ray's storage takes) and the path
+    of ``root`` in it."""
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
+
+
 def delete_folder(root: str) -> bool:
     """Remove the folder ``root`` (a local path or a URI Ray's storage takes); False if none."""
     import pyarrow.fs
 
-    fs, path = pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
+    fs, path = filesystem(root)
     if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
         return False
     fs.delete_dir(path)

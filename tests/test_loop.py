@@ -206,9 +206,9 @@ def test_a_ray_rerun_of_other_settings_is_refused_on_any_storage(shards, tmp_pat
     pytest.importorskip("ray.train.torch")
     assert _command(shards, tmp_path / "here", "--set", "train.epochs=1") == 0
     run = tmp_path / "ray" / "sample-full-seed1"
-    for kept in ("checkpoint_2026-01-01_00-00-00.000000", "checkpoint_2026-01-01_00-00-01.000000"):
+    for kept in ("checkpoint_1", "checkpoint_2"):  # Ray names them by time: the later sorts last
         shutil.copytree(tmp_path / "here" / "sample-full-seed1" / "checkpoint", run / kept)
-    older = run / "checkpoint_2026-01-01_00-00-00.000000" / "config.json"
+    older = run / "checkpoint_1" / "config.json"
     older.write_text(json.dumps({**json.loads(older.read_text()), "train.epochs": 3}))
     with pytest.raises(ValueError, match=r"file://.*sample-full-seed1 holds a run of other settings "
                                          r"\(train.lr 0.001 -> 0.5\): --fresh"):
@@ -223,7 +223,7 @@ def test_a_run_folder_resumes_only_the_way_it_was_trained(shards, tmp_path):
     with pytest.raises(ValueError, match="sample-full-seed1 holds a run trained in process, which this command"):
         _command(shards, tmp_path / "here", "--set", "train.epochs=1", ray=True)
     ray_run = tmp_path / "ray" / "sample-full-seed1"
-    shutil.copytree(tmp_path / "here" / "sample-full-seed1" / "checkpoint", ray_run / "checkpoint_2026-01-01_00-00-00.000000")
+    shutil.copytree(tmp_path / "here" / "sample-full-seed1" / "checkpoint", ray_run / "checkpoint_1")
     with pytest.raises(ValueError, match="sample-full-seed1 holds a run trained with Ray, which this command"):
         _command(shards, tmp_path / "ray", "--set", "train.epochs=1")
 

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hlgt.config import Config, DataConfig, ray_address
+from hlgt.config import Config, DataConfig, is_uri, ray_address
 from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
@@ -491,6 +491,17 @@ def exclusive(out: Path, busy: Callable[[], None] | None = None) -> Iterator[Non
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def sole_writer(folder: str, busy_message: str) -> contextlib.AbstractContextManager:
+    """The lock of ``folder`` while one command writes it (a run's or a sweep's): a second command
+    is refused with ``OSError(busy_message)`` instead of mixing its files in. A folder given as a
+    URI (s3://...) has no local lock: the cluster's users keep its names apart."""
+
+    def refuse() -> None:
+        raise OSError(busy_message)
+
+    return contextlib.nullcontext() if is_uri(folder) else exclusive(Path(folder), busy=refuse)
 
 
 def _starts(prepared: Prepared, splits: list[str]) -> list[int]:

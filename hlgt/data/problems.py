@@ -89,8 +89,8 @@ def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
                if r is not None]
     # One language per file, its texts' majority guess: a Math23K problem that is pure arithmetic
     # ("840/6/70+630=．") is still Chinese data, and a raw one is tokenised as Chinese.
-    zh = sum(guess_lang(r.text) == "zh" for r in records if r.text.strip())
-    file_lang = lang or ("zh" if 2 * zh >= sum(bool(r.text.strip()) for r in records) else "en")
+    guesses = [guess_lang(r.text) for r in records if r.text.strip()]
+    file_lang = lang or ("zh" if 2 * guesses.count("zh") >= len(guesses) else "en")
     for record in records:
         problem = _to_problem(record, file_lang, source, result.skipped)
         if problem is not None:

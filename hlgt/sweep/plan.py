@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlgt.config import ABLATIONS, Config, delete_folder, is_uri
+from hlgt.config import ABLATIONS, Config, delete_folder, filesystem, is_uri
 from hlgt.sweep.space import describe
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
@@ -136,13 +136,10 @@ def check_saved_weights(plan: Plan) -> None:
 def sole_sweep(plan: Plan) -> contextlib.AbstractContextManager:
     """The lock of the sweep's folder while it runs: two sweeps of one name at once would write the
     same Tune state, checkpoints and results (and the --fresh of one would remove the other's), so
-    the second is refused. A sweep stored at a URI (s3://...) has no local lock."""
-    from hlgt.data.build import exclusive
+    the second is refused."""
+    from hlgt.data.build import sole_writer
 
-    def refuse() -> None:
-        raise OSError(f"another sweep is running {plan.root}: let it finish, or give this one another --name")
-
-    return contextlib.nullcontext() if is_uri(plan.root) else exclusive(Path(plan.root), busy=refuse)
+    return sole_writer(plan.root, f"another sweep is running {plan.root}: let it finish, or give this one another --name")
 
 
 def settings(plan: Plan) -> dict[str, Any]:
@@ -159,16 +156,15 @@ def settings(plan: Plan) -> dict[str, Any]:
 def check_same_sweep(plan: Plan) -> None:
     """Before a sweep resumes: ``ValueError`` naming each changed setting when an earlier sweep of
     this name trained other ones (Tune would restore its trials and mix them with these settings)."""
-    import pyarrow.fs
-
-    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)
+    fs, root = filesystem(plan.root)
     try:
         with fs.open_input_stream(f"{root}/{SETTINGS_FILE}") as f:
             saved = json.loads(f.read())
     except FileNotFoundError:
         return
-    now = settings(plan)
-    changed = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    from hlgt.train.loop import changed_settings
+
+    changed = changed_settings(saved, settings(plan))
     if changed:
         raise ValueError(f"{plan.root} holds a sweep of other settings ({'; '.join(changed)}): --fresh starts it "
                          "over, --name NAME runs a new sweep beside it")
@@ -176,9 +172,7 @@ def check_same_sweep(plan: Plan) -> None:
 
 def save_settings(plan: Plan) -> None:
     """Write ``settings`` into the sweep's root, for ``check_same_sweep`` when it is re-run."""
-    import pyarrow.fs
-
-    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)
+    fs, root = filesystem(plan.root)
     fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:
         f.write(json.dumps(settings(plan), indent=1).encode("utf-8"))

@@ -37,13 +37,6 @@ class TrialOutcome:
     error: str | None
 
 
-def _filesystem(plan: Plan):
-    """The filesystem of the sweep's storage, on which Tune's checkpoint paths lie."""
-    import pyarrow.fs
-
-    return pyarrow.fs.FileSystem.from_uri(plan.storage)[0] if is_uri(plan.storage) else pyarrow.fs.LocalFileSystem()
-
-
 def best_validation(fs, checkpoint: str | None) -> float:
     """The validation value accuracy of a checkpoint's best model, as the trial saved it with the
     model (``best/run_config.json``): over every epoch, where Tune's history of a resumed trial
@@ -58,7 +51,7 @@ def best_validation(fs, checkpoint: str | None) -> float:
 
 def outcomes(plan: Plan, arm: str, grid) -> list[TrialOutcome]:
     """What each trial of an arm's ResultGrid reached on validation, and where its checkpoint is."""
-    fs = _filesystem(plan)
+    fs = C.filesystem(plan.storage)[0]  # Tune's checkpoint paths lie on it
     out = []
     for r in grid:
         checkpoint = (r.metrics or {}).get("checkpoint_path")
@@ -91,11 +84,9 @@ def _checkpoint_dir(plan: Plan, path: str):
     """A local folder for a trial's checkpoint path (downloaded when the storage is remote)."""
     if not is_uri(plan.storage):
         return contextlib.nullcontext(path)
-    import pyarrow.fs
     from ray.train import Checkpoint
 
-    fs, _ = pyarrow.fs.FileSystem.from_uri(plan.storage)
-    return Checkpoint(path=path, filesystem=fs).as_directory()
+    return Checkpoint(path=path, filesystem=C.filesystem(plan.storage)[0]).as_directory()
 
 
 def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):

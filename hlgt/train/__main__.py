@@ -80,14 +80,10 @@ def run_name(cfg: Config, arm: str) -> str:
 
 def sole_trainer(run_dir: str) -> contextlib.AbstractContextManager:
     """The lock of ``run_dir`` while training: two commands training one run at once would
-    interleave its checkpoints and metrics, so the second is refused. A run folder given as a URI
-    (s3://...) has no local lock: the cluster's users keep its names apart."""
-    from hlgt.data.build import exclusive
+    interleave its checkpoints and metrics, so the second is refused."""
+    from hlgt.data.build import sole_writer
 
-    def refuse() -> None:
-        raise OSError(f"another command is training {run_dir}: let it finish, or give this one another --name")
-
-    return contextlib.nullcontext() if is_uri(run_dir) else exclusive(Path(run_dir), busy=refuse)
+    return sole_writer(run_dir, f"another command is training {run_dir}: let it finish, or give this one another --name")
 
 
 def main(argv: list[str] | None = None) -> int:

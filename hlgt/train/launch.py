@@ -211,7 +211,7 @@ def resumed_config(run_dir: str) -> dict | None:
     local path or a URI; checkpoint names sort by time), the one a re-run resumes; None for a new run."""
     import pyarrow.fs
 
-    fs, root = pyarrow.fs.FileSystem.from_uri(run_dir if is_uri(run_dir) else str(Path(run_dir).resolve()))
+    fs, root = C.filesystem(run_dir)
     found = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
     configs = [f"{i.path}/config.json" for i in found if i.base_name.startswith("checkpoint_")]
     kept = [c for c in sorted(configs) if fs.get_file_info(c).type == pyarrow.fs.FileType.File]

@@ -158,15 +158,20 @@ PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir",
                             "train.max_minutes", "model.bf16_inference"})
 
 
+def changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"key old -> new"`` for every setting of ``now`` (flat) that differs from ``saved``, but
+    the ``PLACEMENT_KEYS``."""
+    return [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+            if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
+
+
 def check_same_run(cfg: Config, saved: Mapping[str, Any] | None, run_dir: str | Path) -> None:
     """``ValueError`` when ``saved``, the config of the checkpoint a run in ``run_dir`` would resume,
     trained other settings than ``cfg``: resuming would silently keep the old ones, or fail on the
     weights. ``saved=None``: nothing to resume."""
     if saved is None:
         return
-    now = cfg.to_flat()
-    changed = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
-               if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
+    changed = changed_settings(saved, cfg.to_flat())
     if changed:
         raise ValueError(f"{run_dir} holds a run of other settings ({'; '.join(changed)}): "
                          "--fresh starts it over, --name NAME trains a new run beside it")
