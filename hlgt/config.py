@@ -99,7 +99,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    encoder: str = "hlgt"  # hlgt | hgt | rgat | none (the GTS baseline)
+    encoder: str = "hlgt"  # hlgt | hgt (PyG's HGTConv) | rgat (RAT-SQL's relation-aware attention) | none (GTS)
     node_type: bool = True  # False: one node type for all nodes (Table 3, "w/o node type")
     line_graph: bool = True  # False: static edge-type embeddings, no line-graph layers
     aux_task: bool = True  # False: no numerical-comparison loss
@@ -201,8 +201,8 @@ class Config:
             ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
             ("train.workers", t.workers >= 1, "must be >= 1"),
             ("train.grad_clip", t.grad_clip >= 0.0, "must be >= 0 (0: no clipping)"),
-            # The HGT and RGAT baselines' PyG layers are not checked on padded graphs; replaying a
-            # step bypasses data parallelism's wrapper.
+            # The HGT and RGAT baselines' layers are not checked on padded graphs; replaying a step
+            # bypasses data parallelism's wrapper.
             ("train.cuda_graphs", not t.cuda_graphs or (m.encoder in ("hlgt", "none") and t.workers == 1),
              "runs the hlgt and none encoders only, in one process (train.workers=1)"),
         ]
@@ -213,10 +213,16 @@ class Config:
 
     def unread_keys(self) -> set[str]:
         """Keys this configuration's model never reads: the graph encoder's settings when there is
-        no graph encoder, β_com and the head's initialisation without the comparison head. A sweep does not vary them."""
+        no graph encoder, the line graph switch for the HGT and RGAT baselines (they have none) and the
+        node type switch for RGAT, β_com and the head's initialisation without the comparison head.
+        A sweep does not vary them."""
         unread = set()
         if self.model.encoder == "none":
             unread |= {"model.heads", "model.layers", "model.node_type", "model.line_graph", "data.graph"}
+        if self.model.encoder in ("hgt", "rgat"):
+            unread.add("model.line_graph")
+        if self.model.encoder == "rgat":
+            unread.add("model.node_type")
         if not self.model.aux_task:
             unread |= {"model.beta_com", "model.comparison_init"}
         return unread

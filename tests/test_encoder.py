@@ -6,12 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from torch_geometric.nn import HGTConv, RGATConv
+from torch_geometric.nn import HGTConv
 
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES, line_graph
-from hlgt.model.encoder import ENCODERS, FUSION_GAIN, Encoder, EdgeTypeHGTConv, RelationRGATConv
+from hlgt.model.encoder import ENCODERS, FUSION_GAIN, Encoder, EdgeTypeHGTConv, RelationAwareConv
 from hlgt.model.hlgt_conv import LineGraphConv
 
 VOCAB, EMB, HID, HEADS = 40, 8, 16, 4
@@ -251,19 +251,45 @@ def test_reset_parameters_is_seeded():
     assert torch.equal(enc.embedding.weight[0], torch.zeros(EMB))                 # padding row stays zero
 
 
-def test_relation_rgat_equals_pyg_rgat():
+def literal_relation_aware_attention(conv: RelationAwareConv, x, edge_index, edge_type):
+    """RAT-SQL's layer written node by node: each node's softmax over itself and its in-edges."""
+    M, D = conv.heads, conv.head_dim
+    q, k, v = conv.qkv(x).view(len(x), 3, M, D).unbind(1)
+    rows = []
+    for i in range(len(x)):
+        into = (edge_index[1] == i).nonzero().flatten().tolist()
+        pairs = [(int(edge_index[0, e]), int(edge_type[e])) for e in into] + [(i, conv.self_relation)]
+        heads = []
+        for m in range(M):
+            keys = torch.stack([k[j, m] + conv.rel_k.weight[r] for j, r in pairs])
+            values = torch.stack([v[j, m] + conv.rel_v.weight[r] for j, r in pairs])
+            a = torch.softmax(keys @ q[i, m] / D ** 0.5, dim=0)
+            heads.append(a @ values)
+        rows.append(torch.cat(heads))
+    y = conv.norm1(x + conv.out(torch.stack(rows)))
+    return conv.norm2(y + conv.ffn(y))
+
+
+def test_relation_aware_attention_is_rat_sqls_formula():
     torch.manual_seed(0)
-    ours = RelationRGATConv(HID, HID // HEADS, len(EDGE_TYPES), HEADS)
-    pyg = RGATConv(HID, HID // HEADS, len(EDGE_TYPES), heads=HEADS, concat=True)
-    missing, unexpected = pyg.load_state_dict(ours.state_dict(), strict=False)
-    assert set(missing) == {"w", "l1", "b1", "l2", "b2"} and not unexpected
-    with torch.no_grad():
-        pyg.bias.normal_()
-        ours.bias.copy_(pyg.bias)
+    conv = RelationAwareConv(HID, HEADS, len(EDGE_TYPES))
     x = torch.randn(9, HID)
     edge_index = torch.randint(0, 9, (2, 30))
+    edge_index[:, 0] = torch.tensor([3, 3])                                       # a self loop, and node 8 has no edge
+    edge_index[edge_index == 8] = 7
     edge_type = torch.randint(0, len(EDGE_TYPES), (30,))
-    torch.testing.assert_close(ours(x, edge_index, edge_type), pyg(x, edge_index, edge_type))
+    torch.testing.assert_close(conv(x, edge_index, edge_type),
+                               literal_relation_aware_attention(conv, x, edge_index, edge_type))
+
+
+def test_relation_aware_attention_reads_the_edge_type():
+    torch.manual_seed(0)
+    conv = RelationAwareConv(HID, HEADS, len(EDGE_TYPES))
+    x = torch.randn(4, HID)
+    edge_index = torch.tensor([[0, 1, 2], [3, 3, 3]])
+    a = conv(x, edge_index, torch.tensor([0, 1, 2]))
+    b = conv(x, edge_index, torch.tensor([0, 1, 5]))
+    assert torch.equal(a[:3], b[:3]) and not torch.allclose(a[3], b[3])
 
 
 def test_edge_type_hgt_equals_pyg_hgt_with_one_node_type():

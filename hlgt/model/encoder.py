@@ -29,29 +29,29 @@ GTS drops out every recurrent layer's input. Eqs. 4-5 have none inside the graph
 Batched: one graph for the whole batch, no Python loop over problems; every problem's output is
 the one it would get alone (tests check it). Node types: with model.node_type False every node
 uses type 0's parameters. Baselines: "hgt" is PyG's HGTConv with relation matrices per edge type
-(EdgeTypeHGTConv), "rgat" is PyG's RGATConv computed per relation (RelationRGATConv); both are
-wrapped with a LayerNorm per layer like HLGT (RGAT also with a residual, HGT has its own gate).
+(EdgeTypeHGTConv), wrapped with a LayerNorm per layer like HLGT; "rgat" is RAT-SQL's
+relation-aware self-attention over the graph's edges (RelationAwareConv), a Transformer layer
+whose keys and values carry an edge-type term. Neither uses the line graph; "rgat" has no node
+types.
 
 Letters in shape comments (the paper's where it has one): B problems, T tokens, H hidden size (the
 paper's d), M heads, D = H / M per head, N nodes, E edges, R edge types.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
-from torch_geometric.nn import HGTConv, RGATConv
-from torch_geometric.nn.conv import MessagePassing
-from torch_geometric.nn.inits import glorot, zeros
+from torch_geometric.nn import HGTConv
 from torch_geometric.utils import softmax
 
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
 from hlgt.model.gru import Packing, bigru
-from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv, TypeGroups
+from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv
 
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
 FUSION_GAIN = 0.1  # the fusion LayerNorm's starting gain (module docstring)
@@ -297,50 +297,67 @@ class HGTGraphEncoder(nn.Module):
         return torch.cat(xs).index_select(0, inv)                                 # [N, H]
 
 
-class RelationRGATConv(RGATConv):
-    """PyG's RGATConv (no bases or blocks, additive self-attention across relations, mod None) with
-    the same outputs, computed with one [in, heads*out] matmul per relation over that relation's
-    edges: PyG gathers one such matrix PER EDGE (index_select(weight, 0, edge_type)), which at
-    hidden 512 and ~8k edges per batch is 8 GB. The parameters that only `mod` uses (w, l1, b1, l2,
-    b2) are removed so that every parameter receives a gradient."""
+class RelationAwareConv(nn.Module):
+    r"""Relation-aware self-attention (RAT-SQL, Wang et al. 2020, the paper's RGAT citation, after
+    Shaw et al. 2018), over the graph: node i attends to itself and to the sources of its incoming
+    edges, and the edge's type enters the keys and the values as an additional term.
 
-    def __init__(self, in_channels: int, out_channels: int, num_relations: int, heads: int):
-        super().__init__(in_channels, out_channels, num_relations, heads=heads, concat=True)
-        for name in ("w", "l1", "b1", "l2", "b2"):
-            delattr(self, name)
+    .. math::
+        e_{ij} = (x_i W_Q)^m \cdot (x_j W_K + r^K_{ij})^m / \sqrt{D}      (per head m)
+        a_{ij} = \mathrm{softmax}_{j \in N(i) \cup \{i\}}(e_{ij})
+        z_i = \Vert_m \sum_j a^m_{ij} (x_j W_V + r^V_{ij})^m
+        y_i = \mathrm{LayerNorm}(x_i + z_i W_O), \quad x_i' = \mathrm{LayerNorm}(y_i + \mathrm{FFN}(y_i))
+
+    r^K and r^V: one D-vector per edge type, shared by the heads as in RAT-SQL, plus one for the
+    pair (i, i). RAT-SQL attends over every pair of its input, with a relation where one is known;
+    here the pairs are the graph's edges (the "graph attention" of the arm's name), so a node of
+    no edge attends to itself alone. The FFN is LineGraphConv's (d -> d -> d), and there is no
+    dropout inside the layer, as in HLGT's layers. No node types: RAT-SQL has none."""
+
+    def __init__(self, channels: int, heads: int, num_relations: int):
+        super().__init__()
+        if channels % heads:
+            raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
+        self.heads, self.head_dim, self.self_relation = heads, channels // heads, num_relations
+        self.qkv = nn.Linear(channels, 3 * channels)                              # W_Q, W_K, W_V
+        self.out = nn.Linear(channels, channels)                                  # W_O
+        self.rel_k = nn.Embedding(num_relations + 1, self.head_dim)               # r^K, the last one (i, i)'s
+        self.rel_v = nn.Embedding(num_relations + 1, self.head_dim)               # r^V
+        self.norm1 = nn.LayerNorm(channels)
+        self.ffn = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))
+        self.norm2 = nn.LayerNorm(channels)
 
     def reset_parameters(self) -> None:
-        MessagePassing.reset_parameters(self)
-        glorot(self.weight)
-        glorot(self.q)
-        glorot(self.k)
-        zeros(self.bias)
+        for module in (self.qkv, self.out, self.rel_k, self.rel_v, self.norm1, self.ffn[0], self.ffn[2], self.norm2):
+            module.reset_parameters()
 
-    def message(self, x_i: Tensor, x_j: Tensor, edge_type: Tensor, edge_attr: Tensor | None,
-                index: Tensor, ptr: Tensor | None, size_i: int | None) -> Tensor:
-        groups = TypeGroups.of(edge_type, self.num_relations)
-        out_i = groups.linear(x_i, self.weight)                                   # [E, heads*out]
-        out_j = groups.linear(x_j, self.weight)                                   # [E, heads*out]
-        alpha = F.leaky_relu(out_i @ self.q + out_j @ self.k, self.negative_slope)  # [E, heads]
-        alpha = softmax(alpha, index, ptr, size_i)                                # [E, heads]
-        self._alpha = alpha
-        if self.training and self.dropout > 0:
-            alpha = F.dropout(alpha, p=self.dropout, training=True)
-        return alpha.view(-1, self.heads, 1) * out_j.view(-1, self.heads, self.out_channels)  # [E, heads, out]
+    def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor) -> Tensor:
+        """x [N, d], edge_index [2, E] (source -> target), edge_type [E] -> [N, d]."""
+        N, M, D = x.size(0), self.heads, self.head_dim
+        loops = torch.arange(N, device=x.device)                                  # [N]
+        src = torch.cat([edge_index[0], loops])                                   # [E + N]
+        dst = torch.cat([edge_index[1], loops])                                   # [E + N]
+        rel = torch.cat([edge_type, loops.new_full((N,), self.self_relation)])    # [E + N]
+        q, k, v = self.qkv(x).view(N, 3, M, D).unbind(1)                          # 3 x [N, M, D]
+        keys = k.index_select(0, src) + self.rel_k(rel).unsqueeze(1)              # [E + N, M, D]
+        values = v.index_select(0, src) + self.rel_v(rel).unsqueeze(1)            # [E + N, M, D]
+        score = (q.index_select(0, dst) * keys).sum(-1) / math.sqrt(D)           # [E + N, M]
+        alpha = softmax(score, dst, num_nodes=N)                                  # [E + N, M]
+        z = x.new_zeros(N, M, D).index_add_(0, dst, alpha.unsqueeze(-1) * values)  # [N, M, D]
+        y = self.norm1(x + self.out(z.view(N, M * D)))                            # [N, d]
+        return self.norm2(y + self.ffn(y))                                        # [N, d]
 
 
 class RGATGraphEncoder(nn.Module):
-    """The "rgat" arm: L RelationRGATConv layers (num_relations = edge types, heads concatenated to
-    H), each as h = LayerNorm(h + RGAT(h)); node types are not used (RGAT has none)."""
+    """The "rgat" arm: L RelationAwareConv layers over the edge types, without the line graph and
+    without node types."""
 
     def __init__(self, hidden: int, heads: int, layers: int):
         super().__init__()
-        self.convs = nn.ModuleList(RelationRGATConv(hidden, hidden // heads, len(EDGE_TYPES), heads)
-                                   for _ in range(layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+        self.convs = nn.ModuleList(RelationAwareConv(hidden, heads, len(EDGE_TYPES)) for _ in range(layers))
 
     def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
                 line_index: Tensor) -> Tensor:
-        for conv, norm in zip(self.convs, self.norms):
-            x = norm(x + conv(x, edge_index, edge_type))                          # [N, H]
+        for conv in self.convs:
+            x = conv(x, edge_index, edge_type)                                    # [N, H]
         return x

@@ -121,9 +121,9 @@ class Solver(nn.Module):
         fused = H if cfg.encoder == "none" else 2 * H  # width of h_f (eq. 6); h_b for the GTS arm
         self.comparison = Comparison(fused, H, cfg.comparison_init) if cfg.aux_task else None
         # Every parameter gets a gradient from every training batch (the decoder ties its idle
-        # layers in), except in PyG's HGTConv / RGATConv, whose per-type weights a batch without
-        # that node or edge type leaves out: data parallelism must then look for unused ones.
-        self.uses_every_parameter = cfg.encoder in ("hlgt", "none")
+        # layers in), except in PyG's HGTConv, whose per-type weights a batch without that node or
+        # edge type leaves out: data parallelism must then look for unused ones.
+        self.uses_every_parameter = cfg.encoder != "hgt"
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         return self.after_recurrence(batch, self.encoder.recurrence(batch))
@@ -146,7 +146,7 @@ class Solver(nn.Module):
     def compile_parts(self) -> None:
         """Compile the decoder's per-level functions and the HLGT graph layers: small operators by
         the hundred per step, each launched alone on a GPU, which the compiler fuses. (The BiGRUs
-        are cuDNN's on a GPU; PyG's HGT and RGAT layers are left as they are.)"""
+        are cuDNN's on a GPU; the HGT and RGAT baselines are left as they are.)"""
         compile_methods(self.decoder, TreeDecoder.LEVEL_FUNCTIONS)
         if self.cfg.encoder == "hlgt":
             compile_methods(self.encoder.graph, ("forward",))

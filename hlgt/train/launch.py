@@ -135,8 +135,8 @@ def worker_loop(config: dict) -> dict:
         return out
 
     def wrap(model):
-        # find_unused_parameters only where a batch can leave parameters idle (HGTConv's and
-        # RGATConv's weights of absent types): the search walks the autograd graph every step.
+        # find_unused_parameters only where a batch can leave parameters idle (HGTConv's weights
+        # of absent types): the search walks the autograd graph every step.
         # Gradients as views of the all-reduce buckets save two copies of every gradient per step.
         kwargs = {"find_unused_parameters": not model.uses_every_parameter, "gradient_as_bucket_view": True}
         return ray.train.torch.prepare_model(model, parallel_strategy_kwargs=kwargs)
