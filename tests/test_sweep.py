@@ -103,7 +103,7 @@ def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 | 12 | 0 |" in md
     assert "| seeds | trials | failed |" in md
     assert "- full: /s/train/full-s0-r0-a/checkpoint_1/best\n- no_line_graph: /s/train/no_line_graph-s1-r0-b" in md
-    assert paths["csv"].read_text().splitlines()[0] == ",".join(results.CSV_COLUMNS)
+    assert paths["csv"].read_text().splitlines() == [",".join(results.CSV_COLUMNS)]  # no replicate rows given
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -182,8 +182,10 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
         command.main(["--heads", "abc", "--storage", str(tmp_path)])
     with pytest.raises(ValueError, match=r"fold=7 seed=1: bad config: data.fold=7 must lie in 0..4"):
         command.main(["--dataset", "mawps", "--folds", "0,7", "--storage", str(tmp_path)])
-    with pytest.raises(ValueError, match="data.mawps_valid=false leaves no validation split"):
-        command.main(["--dataset", "mawps", "--set", "data.mawps_valid=false", "--storage", str(tmp_path)])
+    with pytest.raises(ValueError, match="--no-mawps-valid leaves no validation split to choose among configurations "
+                                         "on, and --heads asks for a search"):
+        command.main(["--dataset", "mawps", "--set", "data.mawps_valid=false", "--heads", "2,4", "--storage",
+                      str(tmp_path)])
     with pytest.raises(ValueError, match="--seeds takes integers, got 'a', 'b'"):
         command.main(["--seeds", "a,b", "--storage", str(tmp_path)])
     space = tmp_path / "space.yaml"
@@ -423,7 +425,8 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
     plan = Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
-    row = results.select_and_test(plan, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
+    row, test = results.select_and_test(plan, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
+    assert test.n == 0 and row["replicates"] == []
     assert (row["config"], row["runs"], row["trials"], row["failed"]) == ("no trial finished", 0, 2, 2)
     assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
     paths = results.write_results(tmp_path, [row], "seeds", "t")

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from hlgt.cli import non_negative_int, positive_float, positive_int
-from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, is_uri, parse_overrides, storage_root
+from hlgt.config import (ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, is_uri,
+                         parse_overrides, storage_root)
 from hlgt.sweep.experiments import run
 from hlgt.sweep.plan import (Plan, build_shards, check_same_sweep, check_saved_weights, check_trials, remove_earlier,
                              save_settings, sole_sweep)
@@ -84,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--seeds", default=None, help="training seeds per configuration, e.g. 1,2,3")
     p.add_argument("--folds", default=None, help="MAWPS folds per configuration, e.g. 0,1,2,3,4")
+    p.add_argument("--mawps-folds", default=None, choices=MAWPS_FOLD_SCHEMES,
+                   help="MAWPS fold scheme (default grouped; graph2tree-1921: the folds of the published numbers)")
+    p.add_argument("--no-mawps-valid", action="store_true",
+                   help="MAWPS: the literature's protocol, the validation problems train too and every trial's "
+                        "last epoch is tested; no search: each arm trains its one configuration (a table)")
     p.add_argument("--scheduler", default=None, choices=SCHEDULERS, help="default asha")
     p.add_argument("--workers-per-trial", type=positive_int, default=1)
     p.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="CPUs per training worker")
@@ -162,6 +168,10 @@ def base_overrides(args: argparse.Namespace, spec: dict, dataset: str) -> dict[s
     base: dict[str, Any] = {**DATASET_DEFAULTS.get(dataset, {}), "data.dataset": dataset}
     if args.data_dir:
         base["data.data_dir"] = args.data_dir
+    if args.mawps_folds:
+        base["data.mawps_folds"] = args.mawps_folds
+    if args.no_mawps_valid:
+        base["data.mawps_valid"] = False
     if args.smoke_test:
         base.update(SMOKE)
     base.update(spec.get("set") or {})
@@ -185,26 +195,67 @@ def search_space(args: argparse.Namespace, spec: dict) -> dict[str, Any]:
     return space
 
 
+def searched(args: argparse.Namespace, spec: dict) -> list[str]:
+    """The flags and YAML keys that ask for a search (several configurations per arm)."""
+    asked = [f"--{flag.replace('_', '-')}" for flag in SEARCH_FLAGS if getattr(args, flag)]
+    asked += [f"--{flag.replace('_', '-')}" for flag in ("space", "num_samples", "grid") if getattr(args, flag)]
+    return asked + [f"{args.space}: {key}" for key in ("space", "num_samples") if key in spec]
+
+
+def configurations(args: argparse.Namespace, spec: dict, centre: Config) -> list[dict]:
+    """The configurations every arm trains: samples of the search space; without validation
+    (``--no-mawps-valid``) the one configuration of the base settings, since nothing could choose
+    among several (a search is refused, naming what asked for it)."""
+    if centre.data.mawps_valid:
+        return sample_configs(search_space(args, spec), centre.to_flat(), sample_count(args, spec),
+                              seed=args.search_seed, grid=args.grid)
+    asked = searched(args, spec)
+    if asked:
+        raise ValueError(f"--no-mawps-valid leaves no validation split to choose among configurations on, and "
+                         f"{', '.join(asked)} asks for a search: search with validation (drop --no-mawps-valid), or "
+                         f"give the one configuration with --set")
+    return [{}]
+
+
+def scheduler_kind(args: argparse.Namespace, spec: dict, centre: Config) -> str:
+    """``--scheduler``, else the YAML's, else asha; fifo without validation (a scheduler that stops
+    trials by their validation scores has none to read)."""
+    kind = args.scheduler or spec.get("scheduler")
+    if centre.data.mawps_valid:
+        return kind or "asha"
+    if kind not in (None, "fifo"):
+        raise ValueError(f"the {kind} scheduler stops trials by their validation scores, and --no-mawps-valid "
+                         "leaves none: every trial runs to its last epoch (fifo)")
+    return "fifo"
+
+
+def check_folds(folds: list[int], dataset: str) -> list[int]:
+    """``--folds`` are MAWPS's cross-validation folds; another dataset has one split of each kind."""
+    if dataset != "mawps" and folds and folds != [0]:
+        raise ValueError(f"--folds {','.join(map(str, folds))}: {dataset} has no folds (MAWPS alone is "
+                         "cross-validated); give --seeds for replicates")
+    return folds
+
+
 def make_plan(args: argparse.Namespace) -> Plan:
     """The command line and its YAML file as a plan (the shards are built afterwards)."""
     spec = load_yaml(args.space)
     dataset = "sample" if args.smoke_test else (args.dataset or "mawps")
     base = base_overrides(args, spec, dataset)
     centre = Config.from_flat(base)
-    samples = sample_configs(search_space(args, spec), centre.to_flat(), sample_count(args, spec), seed=args.search_seed,
-                             grid=args.grid)
+    samples = configurations(args, spec, centre)
     arms = ablation_arms(args.ablation or spec.get("ablation") or "full")
     if not args.no_reference and "full" not in arms:
         arms = ["full"] + arms
     seeds = int_list(as_list(args.seeds) or as_list(spec.get("seeds")), "--seeds") or [centre.train.seed]
-    folds = int_list(as_list(args.folds) or as_list(spec.get("folds")), "--folds") or [centre.data.fold]
+    folds = check_folds(int_list(as_list(args.folds) or as_list(spec.get("folds")), "--folds"), dataset) or [centre.data.fold]
     replicates = [{"data.fold": f, "train.seed": s} for f in folds for s in seeds]
     name = args.name or ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80]
     storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
     if not is_uri(storage) and Path(storage).exists() and not Path(storage).is_dir():
         raise ValueError(f"--storage {storage} is a file, not a folder")
     plan = Plan(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
-                scheduler=args.scheduler or spec.get("scheduler") or "asha", workers=args.workers_per_trial,
+                scheduler=scheduler_kind(args, spec, centre), workers=args.workers_per_trial,
                 cpus_per_worker=args.cpus_per_trial, gpus_per_worker=args.gpus_per_trial,
                 max_concurrent=args.max_concurrent, max_failures=args.max_failures, wandb=centre.train.wandb)
     # Offline W&B runs live next to the results, or in the home folder when the results go to S3.

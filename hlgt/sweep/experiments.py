@@ -187,16 +187,17 @@ def trials_that_fit(plan: Plan, res: dict) -> int:
     return max(fit, 0)
 
 
-def epoch_lines():
-    """A Tune callback printing one line per trial per epoch, one when a trial ends and the error
-    of a failed one: the sweep's console unless ``--verbose`` (then Tune's and the workers' own)."""
+def epoch_lines(validated: bool):
+    """A Tune callback printing one line per trial per epoch (with its latest validation score when
+    trials hold out validation), one when a trial ends and the error of a failed one: the sweep's
+    console unless ``--verbose`` (then Tune's and the workers' own)."""
     from ray.tune import Callback
 
     class EpochLines(Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if C.EPOCH not in result or C.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
-            val = (f" | val value {100 * result[C.VAL_VALUE_ACC]:.1f}%" if C.VAL_VALUE_ACC in result else "")
+            val = f" | val value {100 * result[C.VAL_VALUE_ACC]:.1f}%" if validated and C.VAL_VALUE_ACC in result else ""
             print(f"[sweep] {trial} epoch {result[C.EPOCH]} | loss {result.get(C.TRAIN_LOSS, float('nan')):.4f}{val} | "
                   f"{result.get(C.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
 
@@ -231,12 +232,14 @@ def run_arm(plan: Plan, arm: str):
             trainable,
             param_space={"arm": arm, "sample": ray.tune.grid_search(plan.arm_samples(arm)),
                          "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
-            tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC, mode="max",
+            # Without validation there is no metric to rank by: every trial runs to its last epoch (fifo).
+            tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC if plan.validated else None,
+                                            mode="max" if plan.validated else None,
                                             scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
                                             max_concurrent_trials=concurrency(plan), trial_name_creator=TrialName(arm),
                                             trial_dirname_creator=TrialName(arm)),
             run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root, verbose=2 if plan.verbose else 0,
-                                          callbacks=[] if plan.verbose else [epoch_lines()]),
+                                          callbacks=[] if plan.verbose else [epoch_lines(plan.validated)]),
         )
     return fit_unless_interrupted(tuner, arm)
 
@@ -286,10 +289,12 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
     started = time.perf_counter()
     announce(plan)
     grids = {arm: run_arm(plan, arm) for arm in plan.arms}
-    rows, paths = results.summarise(plan, grids)
-    print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; selection on validation, test evaluated once per "
-          f"arm's best configuration\n", flush=True)
+    rows, paper_tables, paths = results.summarise(plan, grids)
+    chosen = ("selection on validation, test evaluated once per arm's best configuration" if plan.validated
+              else "no validation: each arm's one configuration, every replicate's last epoch tested")
+    print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; {chosen}\n", flush=True)
     print(results.results_markdown(rows, plan.replicate_kind), flush=True)
+    print(paper_tables, flush=True)
     print(results.best_models_markdown(rows), flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
     for r in rows:

@@ -17,6 +17,7 @@ from hlgt.config import ABLATIONS, Config, delete_folder, filesystem, is_uri
 from hlgt.sweep.space import describe
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
+ARM_DATA_KEYS = ("data.graph",)  # the data settings an arm may set: every graph variant is in the same shards
 
 
 @dataclass
@@ -55,6 +56,12 @@ class Plan:
         return Path(self.root) if not is_uri(self.root) else Path("runs") / "sweeps" / self.name
 
     @property
+    def validated(self) -> bool:
+        """Whether the trials hold out validation (MAWPS without it: the literature's protocol,
+        one configuration per arm, each trial's last epoch tested)."""
+        return self.centre.data.mawps_valid
+
+    @property
     def centre(self) -> Config:
         """The base configuration, before any arm, sample or replicate."""
         return Config.from_flat(self.base)
@@ -83,10 +90,11 @@ class Plan:
 def check_trials(plan: Plan) -> None:
     """Every trial's configuration, checked before Ray starts or a shard is built: ``ValueError``
     naming the trial (arm, sampled values, fold and seed) and the bad key."""
-    if plan.base.get("data.mawps_valid") is False:
-        raise ValueError("data.mawps_valid=false leaves no validation split, and a sweep ranks, stops and "
-                         "keeps its trials on validation (it never evaluates test): train the literature's "
-                         "protocol one run per fold with `python -m hlgt.train --no-mawps-valid`")
+    for arm in plan.arms:
+        other_data = sorted(k for k in ABLATIONS[arm] if k.startswith("data.") and k not in ARM_DATA_KEYS)
+        if other_data:
+            raise ValueError(f"arm {arm} sets {', '.join(other_data)}, which the sweep's shards (built once per fold "
+                             "for every arm) do not vary: sweep it on its own")
     for arm in plan.arms:
         for sample, params in enumerate(plan.samples):
             for replicate, rep in enumerate(plan.replicates):

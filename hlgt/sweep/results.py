@@ -1,10 +1,13 @@
-"""The sweep's results: selection on validation, one test evaluation per arm, the table and chart.
+"""The sweep's results: selection on validation, one test evaluation per arm, the tables and chart.
 
 Per arm, the configuration with the best mean validation value accuracy over its replicates is
-chosen; then the best checkpoint of each of its replicates is evaluated ONCE on test, here. The
-results are written as ``results.md``, ``results.csv``, ``results.json`` and ``results.png`` (bars
-per arm, mean ± std) and, with W&B on, as one summary run with the table and the chosen models'
-test predictions.
+chosen; then the best checkpoint of each of its replicates is evaluated ONCE on test, here.
+Without validation (MAWPS's literature protocol) each arm has one configuration and each
+replicate's last epoch is tested. The results are written as ``results.md`` (the arms' table,
+then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.sweep.tables``),
+``results.csv`` (one row per arm and replicate: per-fold figures), ``results.json`` and
+``results.png`` (bars per arm, mean ± std, the paper's figure marked) and, with W&B on, as one
+summary run with the tables and the chosen models' test predictions.
 """
 from __future__ import annotations
 
@@ -19,12 +22,15 @@ from pathlib import Path
 
 from hlgt import config as C
 from hlgt.config import Config, is_uri
+from hlgt.sweep import tables
 from hlgt.sweep.plan import Plan
 from hlgt.sweep.space import describe
 from hlgt.train import tracking
 
-CSV_COLUMNS = ["arm", "config", "runs", "trials", "failed", "val_value_acc_mean", "val_value_acc_std",
+ROW_COLUMNS = ["arm", "config", "runs", "trials", "failed", "val_value_acc_mean", "val_value_acc_std",
                "test_value_acc_mean", "test_value_acc_std", "test_equation_acc_mean", "test_equation_acc_std"]
+CSV_COLUMNS = ["arm", "config", "replicate", "fold", "seed", "problems", "val_value_acc", "test_value_acc",
+               "test_equation_acc", "model"]
 
 
 @dataclass
@@ -62,20 +68,27 @@ def outcomes(plan: Plan, arm: str, grid) -> list[TrialOutcome]:
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and standard deviation of the values that are numbers (NaN: no validation score)."""
+    values = [v for v in values if not math.isnan(v)]
     if not values:
         return float("nan"), float("nan")
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def choose(trials: list[TrialOutcome]) -> list[TrialOutcome]:
+def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutcome]:
     """The replicates of the arm's configuration with the best mean validation value accuracy,
-    among the trials that did not fail and saved a validated model; none when no trial did."""
-    usable = [t for t in trials if t.error is None and t.checkpoint and not math.isnan(t.val_value_acc)]
+    among the trials that did not fail and saved a validated model; none when no trial did.
+    Without validation (one configuration), every trial that did not fail and saved a model."""
+    usable = [t for t in trials if t.error is None and t.checkpoint and (not validated or not math.isnan(t.val_value_acc))]
     if not usable:
         return []
     by_sample: dict[int, list[TrialOutcome]] = {}
     for t in usable:
         by_sample.setdefault(t.sample, []).append(t)
+    if not validated:
+        if len(by_sample) > 1:
+            raise ValueError(f"configurations {sorted(by_sample)} without validation: nothing chooses among them")
+        return sorted(usable, key=lambda t: t.replicate)
     best_sample = max(by_sample, key=lambda s: (statistics.fmean(t.val_value_acc for t in by_sample[s]), -s))
     return sorted(by_sample[best_sample], key=lambda t: t.replicate)
 
@@ -91,7 +104,7 @@ def _checkpoint_dir(plan: Plan, path: str):
 
 def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):
     """A chosen trial's best model evaluated on its fold's test split; the report and predictions
-    written under ``best/<arm>/replicate<r>`` and logged. Returns the report."""
+    written under ``best/<arm>/replicate<r>`` and logged. Returns the report and the scored problems."""
     from hlgt.data.shards import load_rows
     from hlgt.model.solver import Solver
     from hlgt.train import evaluate as E
@@ -104,24 +117,35 @@ def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):
                                 batch_size=cfg.train.batch_size)
     E.write_report(plan.local_dir / "best" / t.arm / f"replicate{t.replicate}", "test", report, scored)
     tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
-    return report
+    return report, scored
 
 
-def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -> dict:
+def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -> tuple[dict, tables.ArmTest]:
     """The arm's row of the table: its chosen configuration, validation and test mean ± std, how
-    many trials ran and failed (no configuration and NaN scores when no trial finished)."""
-    chosen = choose(trials)
-    reports = [evaluate_on_test(plan, t, tracker) for t in chosen]
+    many trials ran and failed (no configuration and NaN scores when no trial finished), one entry
+    per replicate; and its test verdicts for the paper's tables."""
+    chosen = choose(trials, plan.validated)
+    tested = [evaluate_on_test(plan, t, tracker) for t in chosen]
+    reports = [report for report, _ in tested]
+    test = tables.ArmTest(arm, {t.replicate: scored for t, (_, scored) in zip(chosen, tested)})
     val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
     tv_mean, tv_std = mean_std([r.value_acc for r in reports])
     te_mean, te_std = mean_std([r.equation_acc for r in reports])
     config = describe(plan.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
+    replicates = [{"arm": arm, "config": config, "replicate": t.replicate, **_fold_seed(plan.replicates[t.replicate]),
+                   "problems": r.n, "val_value_acc": t.val_value_acc, "test_value_acc": r.value_acc,
+                   "test_equation_acc": r.equation_acc, "model": str(Path(t.checkpoint) / "best")}
+                  for t, r in zip(chosen, reports)]
     return {"arm": arm, "config": config, "runs": len(chosen),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
             "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
             "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
             "test_equation_acc_mean": te_mean, "test_equation_acc_std": te_std,
-            "checkpoints": [str(Path(t.checkpoint) / "best") for t in chosen]}
+            "checkpoints": [r["model"] for r in replicates], "replicates": replicates}, test
+
+
+def _fold_seed(replicate: dict) -> dict:
+    return {"fold": replicate.get("data.fold"), "seed": replicate.get("train.seed")}
 
 
 def _pct(mean: float, std: float) -> str:
@@ -149,19 +173,29 @@ def best_models_markdown(rows: list[dict]) -> str:
             "--split test`):\n\n" + "\n".join(lines) + "\n")
 
 
-def _chart(path: Path, rows: list[dict], title: str) -> None:
-    """Validation and test value accuracy per arm, mean ± std bars."""
+def _chart(path: Path, rows: list[dict], title: str, dataset: str) -> None:
+    """Validation and test value accuracy per arm (mean ± std bars), the paper's figure marked;
+    the arms in the order of the paper's tables."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    order = [a for _, arms in tables.TABLES for a in arms if a != tables.REFERENCE] + [tables.REFERENCE]
+    rows = sorted(rows, key=lambda r: order.index(r["arm"]) if r["arm"] in order else len(order))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 1.5), 3.8))
     x = list(range(len(rows)))
     width = 0.38
     for offset, key, label in ((-width / 2, "val_value_acc", "validation"), (width / 2, "test_value_acc", "test")):
+        if all(math.isnan(r[f"{key}_mean"]) for r in rows):  # no validation split
+            continue
         ax.bar([i + offset for i in x], [100 * r[f"{key}_mean"] for r in rows], width,
                yerr=[100 * r[f"{key}_std"] for r in rows], capsize=3, label=label)
+    paper = tables.PAPER.get(dataset, {})
+    marked = [(i, paper[r["arm"]]) for i, r in zip(x, rows) if r["arm"] in paper]
+    if marked:
+        ax.scatter([i + width / 2 for i, _ in marked], [v for _, v in marked], marker="_", s=300, color="black",
+                   zorder=3, label="paper (test)")
     ax.set_xticks(x, [r["arm"] for r in rows], rotation=20, ha="right")
     ax.set_ylabel("value accuracy (%)")
     ax.set_ylim(0, 100)
@@ -172,40 +206,50 @@ def _chart(path: Path, rows: list[dict], title: str) -> None:
     plt.close(fig)
 
 
-def write_results(directory: Path, rows: list[dict], replicate_kind: str, title: str) -> dict[str, Path]:
-    """results.md / .csv / .json and the bar chart results.png (no chart, and a note saying so,
-    where matplotlib is not installed: an offline GPU node may lack it)."""
+def write_results(directory: Path, rows: list[dict], replicate_kind: str, title: str, dataset: str = "",
+                  paper_tables: str = "") -> dict[str, Path]:
+    """results.md (the arms' table, ``paper_tables``, the best models) / .csv (one row per arm and
+    replicate) / .json and the bar chart results.png (no chart, and a note saying so, where
+    matplotlib is not installed: an offline GPU node may lack it)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"md": directory / "results.md", "csv": directory / "results.csv",
              "json": directory / "results.json", "png": directory / "results.png"}
     paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind)
-                           + "\n" + best_models_markdown(rows), encoding="utf-8")
+                           + "\n" + (paper_tables + "\n" if paper_tables else "") + best_models_markdown(rows),
+                           encoding="utf-8")
     with paths["csv"].open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(rep for r in rows for rep in r.get("replicates", []))
     paths["json"].write_text(json.dumps(rows, indent=1), encoding="utf-8")
     if importlib.util.find_spec("matplotlib") is None:
         print("[sweep] matplotlib is not installed: no results.png (the table has every number)", flush=True)
         del paths["png"]
     else:
-        _chart(paths["png"], rows, title)
+        _chart(paths["png"], rows, title, dataset)
     return paths
 
 
-def summarise(plan: Plan, grids: dict) -> tuple[list[dict], dict[str, Path]]:
-    """Every arm's row (selection and test), written as the table and chart and logged to one W&B
-    summary run; returns the rows and the files written."""
+def summarise(plan: Plan, grids: dict) -> tuple[list[dict], str, dict[str, Path]]:
+    """Every arm's row (selection and test) and the paper's tables, written with the chart and
+    logged to one W&B summary run; returns the rows, the paper's tables and the files written."""
     centre = plan.centre
     mode = tracking.prepare_environment(plan.wandb)
     tracker = tracking.start({"sweep": plan.name, "arms": plan.arms, **plan.base}, enabled=plan.wandb,
                              project=centre.train.wandb_project, name=f"{plan.name}-results",
                              group=plan.name, directory=plan.wandb_dir, job_type="summary", mode=mode)
     try:
-        rows = [select_and_test(plan, arm, outcomes(plan, arm, grids[arm]), tracker) for arm in plan.arms]
-        title = f"{plan.name}\n{centre.data.dataset}: value accuracy, mean ± std over {plan.replicate_kind}"
-        paths = write_results(plan.local_dir, rows, plan.replicate_kind, title)
-        tracker.log_table("results", CSV_COLUMNS, [[r[c] for c in CSV_COLUMNS] for r in rows])
+        selected = [select_and_test(plan, arm, outcomes(plan, arm, grids[arm]), tracker) for arm in plan.arms]
+        rows = [row for row, _ in selected]
+        tests = {test.arm: test for _, test in selected if test.n}
+        dataset = centre.data.dataset
+        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=f"{len(plan.replicates)} {plan.replicate_kind}")
+        title = f"{plan.name}\n{dataset}: value accuracy, mean ± std over {plan.replicate_kind}"
+        paths = write_results(plan.local_dir, rows, plan.replicate_kind, title, dataset, paper_tables)
+        tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])
+        tracker.log_table("paper_tables", tables.TABLE_COLUMNS, tables.table_rows(tests, dataset))
+        tracker.log_table("results_by_replicate", CSV_COLUMNS,
+                          [[rep[c] for c in CSV_COLUMNS] for r in rows for rep in r["replicates"]])
     finally:
         tracker.finish()
-    return rows, paths
+    return rows, paper_tables, paths

@@ -1,0 +1,159 @@
+"""The paper's Tables 2, 3 and 4 from a sweep's test predictions, laid out as the paper prints them.
+
+Each arm's chosen models are tested once per replicate (fold and seed). Here their verdicts are
+pooled: an arm's accuracy is its right answers over all its test problems (MAWPS's five folds of
+the published protocol: its 1,921 problems), beside the paper's figure for the dataset. Each arm is
+paired with ``full`` problem by problem on the replicates both ran (``hlgt.train.compare``): the
+problems only one of the two solves and the exact McNemar p say whether a difference is more than
+the luck of a few problems. Table 4 is value accuracy by the number of quantities in the problem,
+pooled over the replicates.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hlgt.train.compare import Paired, pair
+from hlgt.train.evaluate import NUMBER_BUCKETS, Scored, number_bucket
+
+REFERENCE = "full"
+# The paper's rows: each arm's name there, and its value accuracy (%) per dataset (Tables 1-3).
+PAPER_ROWS = {
+    "parse_graph": "Parse graph + NC",
+    "quantity_cell": "Quantity cell + NC",
+    "full": "HLGT (SRL + NC + line graph)",
+    "no_node_type": "HLGT w/o node type",
+    "no_line_graph": "HLGT w/o line graph",
+    "no_aux_task": "HLGT w/o auxiliary task",
+    "rgat": "RGAT",
+    "hgt": "HGT",
+    "gts": "GTS",
+}
+PAPER = {
+    "math23k": {"parse_graph": 76.5, "quantity_cell": 77.4, "full": 79.0, "no_node_type": 78.2, "no_line_graph": 77.8,
+                "no_aux_task": 78.5, "rgat": 77.0, "hgt": 77.4, "gts": 75.6},
+    "mawps": {"parse_graph": 82.9, "quantity_cell": 83.7, "full": 84.8, "no_node_type": 83.4, "no_line_graph": 83.2,
+              "no_aux_task": 84.0, "rgat": 82.9, "hgt": 82.7, "gts": 82.6},
+    "ape210k": {"full": 69.8, "gts": 67.7},
+}
+# Table 4 of the paper: HLGT on Math23K by number of quantities (%).
+PAPER_TABLE4 = {"math23k": {"<=1": 84.5, "2": 85.3, "3": 79.2, "4": 67.0, "5": 55.3, "6": 56.2, ">=7": 52.6}}
+TABLES = (
+    ("Table 2: graph construction", ("parse_graph", "quantity_cell", "full")),
+    ("Table 3: components", ("no_node_type", "no_line_graph", "no_aux_task", "rgat", "hgt", "full")),
+    ("Baseline (Table 1)", ("gts", "full")),
+)
+
+
+@dataclass
+class ArmTest:
+    """One arm's test verdicts: replicate index -> its chosen model's scored test problems."""
+
+    arm: str
+    by_replicate: dict[int, list[Scored]] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return sum(len(s) for s in self.by_replicate.values())
+
+    @property
+    def right(self) -> int:
+        return sum(s.value_correct for scored in self.by_replicate.values() for s in scored)
+
+    @property
+    def accuracy(self) -> float:
+        return self.right / self.n if self.n else float("nan")
+
+
+def versus(a: ArmTest, b: ArmTest) -> Paired | None:
+    """``a`` against ``b`` on value accuracy, pooled over the replicates both ran (None without one)."""
+    common = sorted(a.by_replicate.keys() & b.by_replicate.keys())
+    pairs = [pair(f"{a.arm} / {b.arm} replicate {r}", verdicts(a.by_replicate[r]), verdicts(b.by_replicate[r]))
+             for r in common]
+    return sum(pairs[1:], pairs[0]) if pairs else None
+
+
+def verdicts(scored: Sequence[Scored]) -> dict[str, bool]:
+    return {s.id: s.value_correct for s in scored}
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}"
+
+
+def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest], dataset: str) -> str:
+    """One of the paper's tables: the rows whose arms the sweep ran, ours pooled, the paper's figure,
+    each row's difference to ``full`` (ours and the paper's) and the paired counts."""
+    paper = PAPER.get(dataset, {})
+    ref = tests.get(REFERENCE)
+    lines = [f"### {title}", "",
+             "| paper's row | arm | ours (%) | right / problems | paper (%) | ours − full | paper − full "
+             "| only this arm / only full | exact McNemar p |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for arm in arms:
+        t = tests.get(arm)
+        if t is None:
+            continue
+        p = versus(t, ref) if ref is not None and arm != REFERENCE else None
+        ours_diff = f"{100 * (t.accuracy - ref.accuracy):+.1f}" if ref is not None and arm != REFERENCE and t.n else ""
+        paper_diff = (f"{paper[arm] - paper[REFERENCE]:+.1f}" if arm != REFERENCE and arm in paper
+                      and REFERENCE in paper else "")
+        counts = f"{p.only_a} / {p.only_b}" if p else ""
+        lines.append(f"| {PAPER_ROWS.get(arm, arm)} | {arm} | {_pct(t.accuracy)} | {t.right} / {t.n} "
+                     f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {f'{p.p:.2g}' if p else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
+    """Table 4: value accuracy by number of quantities, one column per arm, pooled over replicates."""
+    arms = list(tests)
+    paper = PAPER_TABLE4.get(dataset)
+    first = next(iter(tests.values()), None)
+    total = first.n if first else 0
+    head = "| numbers | problems | share | " + " | ".join(arms) + (" | paper's HLGT |" if paper else " |")
+    lines = ["### Table 4: value accuracy (%) by number of quantities", "", head,
+             "|---|---:|---:|" + "---:|" * (len(arms) + bool(paper))]
+    for bucket in NUMBER_BUCKETS:
+        count = sum(number_bucket(s.n_numbers) == bucket for scored in first.by_replicate.values() for s in scored) \
+            if first else 0
+        cells = []
+        for arm in arms:
+            group = [s for scored in tests[arm].by_replicate.values() for s in scored
+                     if number_bucket(s.n_numbers) == bucket]
+            cells.append(_pct(sum(s.value_correct for s in group) / len(group)) if group else "-")
+        share = f"{100 * count / total:.1f}%" if total else "-"
+        lines.append(f"| {bucket} | {count} | {share} | " + " | ".join(cells) + (f" | {paper[bucket]} |" if paper else " |"))
+    return "\n".join(lines) + "\n"
+
+
+def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str) -> str:
+    """Tables 2 and 3 and the baseline (those with an arm of theirs besides ``full`` in the sweep),
+    the arms of none of them, then Table 4."""
+    if not tests:
+        return ""
+    out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", ""]
+    shown = set()
+    for title, arms in TABLES:
+        if any(a in tests for a in arms if a != REFERENCE):
+            out.append(table_markdown(title, arms, tests, dataset))
+            shown.update(arms)
+    others = [a for a in tests if a not in shown]
+    if others:
+        out.append(table_markdown("Other arms", others, tests, dataset))
+    out.append(table4_markdown(tests, dataset))
+    return "\n".join(out)
+
+
+def table_rows(tests: Mapping[str, ArmTest], dataset: str) -> list[list]:
+    """Every arm's pooled figures and paired counts against ``full``, for a W&B table."""
+    ref = tests.get(REFERENCE)
+    rows = []
+    for arm, t in tests.items():
+        p = versus(t, ref) if ref is not None and arm != REFERENCE else None
+        rows.append([arm, PAPER_ROWS.get(arm, arm), t.accuracy, t.right, t.n, PAPER.get(dataset, {}).get(arm),
+                     p.only_a if p else None, p.only_b if p else None, p.p if p else None])
+    return rows
+
+
+TABLE_COLUMNS = ["arm", "paper_row", "test_value_acc_pooled", "right", "problems", "paper", "only_arm", "only_full",
+                 "mcnemar_p"]
