@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hlgt import config as C
 from hlgt.sweep import results, space
 from hlgt.sweep.plan import Plan, build_shards
 
@@ -456,3 +457,91 @@ def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, caps
         with pytest.raises(SystemExit):
             command.build_parser().parse_args([flag, value])
         assert f"argument {flag}: {message}" in capsys.readouterr().err
+
+
+def scored(ids, right, n_numbers=2):
+    """Scored test problems: ``right`` the ids answered right."""
+    from hlgt.train.evaluate import Scored
+
+    return [Scored(id=i, text="", predicted="", gold="", predicted_prefix=[], gold_prefix=None, values=[],
+                   answer=0.0, predicted_value=None, value_correct=i in right, equation_correct=False,
+                   n_numbers=n_numbers, error=None) for i in ids]
+
+
+def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
+    from hlgt.sweep import tables
+
+    fold0, fold1 = [f"a{i}" for i in range(10)], [f"b{i}" for i in range(10)]
+    tests = {
+        "full": tables.ArmTest("full", {0: scored(fold0, set(fold0[:8]), 7), 1: scored(fold1, set(fold1[:9]))}),
+        "no_line_graph": tables.ArmTest("no_line_graph", {0: scored(fold0, set(fold0[2:9]), 7),
+                                                          1: scored(fold1, set(fold1[:6]))}),
+        "parse_graph": tables.ArmTest("parse_graph", {0: scored(fold0, set(fold0[:8]), 7),
+                                                      1: scored(fold1, set(fold1[:9]))}),
+    }
+    md = tables.tables_markdown(tests, "mawps", pooled_over="2 folds")
+    # full: 17 / 20 right; no_line_graph 13 / 20: only it a8 (1), only full a0, a1, b6, b7, b8 (5).
+    assert ("| HLGT w/o line graph | no_line_graph | 65.0 | 13 / 20 | 83.2 | -20.0 | -1.6 | 1 / 5 | 0.22 |"
+            in md)
+    assert "| HLGT (SRL + NC + line graph) | full | 85.0 | 17 / 20 | 84.8 |  |  |  |  |" in md
+    assert "| Parse graph + NC | parse_graph | 85.0 | 17 / 20 | 82.9 | +0.0 | -1.9 | 0 / 0 | 1 |" in md
+    assert "### Table 2: graph construction" in md and "### Table 3: components" in md
+    assert "Baseline" not in md  # no gts in this sweep
+    # Table 4, pooled: full's problems counted once per bucket, each arm's accuracy over its own verdicts.
+    assert "| >=7 | 10 | 50.0% | 80.0 | 70.0 | 80.0 |" in md and "| 2 | 10 | 50.0% | 90.0 | 60.0 | 90.0 |" in md
+    assert "| <=1 | 0 | 0.0% | - | - | - |" in md
+    assert tables.versus(tests["no_line_graph"], tests["full"]).n == 20
+    assert tables.versus(tables.ArmTest("x", {3: []}), tests["full"]) is None  # no replicate in common
+    math23k = tables.tables_markdown(tests, "math23k", pooled_over="1 seed")
+    assert "| 77.8 |" in math23k and "paper's HLGT" in math23k
+
+
+def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():
+    def trial(replicate, error=None):
+        return results.TrialOutcome(arm="full", sample=0, replicate=replicate, val_value_acc=math.nan,
+                                    checkpoint=f"/c/{replicate}", error=error)
+
+    assert results.choose([trial(0), trial(1)]) == []  # with validation: none has a score
+    assert [t.replicate for t in results.choose([trial(1), trial(0), trial(2, "boom")], validated=False)] == [0, 1]
+    assert results.mean_std([math.nan, math.nan]) == (pytest.approx(math.nan, nan_ok=True),) * 2
+
+
+def test_a_table_sweep_trains_one_configuration_per_arm_on_every_fold(tmp_path):
+    args = command.build_parser().parse_args(
+        ["--dataset", "mawps", "--mawps-folds", "graph2tree-1921", "--no-mawps-valid", "--ablation", "all",
+         "--folds", "0,1,2,3,4", "--name", "paper-tables", "--storage", str(tmp_path)])
+    plan = command.make_plan(args)
+    assert plan.samples == [{}] and plan.scheduler == "fifo" and not plan.validated
+    assert plan.arms[0] == "full" and set(plan.arms) == set(C.ABLATIONS) and len(plan.replicates) == 5
+    flat = plan.trial_flat("rgat", 0, 4)
+    assert (flat["data.mawps_folds"], flat["data.mawps_valid"], flat["data.fold"]) == ("graph2tree-1921", False, 4)
+    assert C.Config.from_flat(flat).model.heads == 4 and flat["train.epochs"] == 30  # the paper's settings
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--heads", "2,4"], "--heads asks for a search"),
+    (["--num-samples", "2"], "--num-samples asks for a search"),
+    (["--grid"], "--grid asks for a search"),
+    (["--scheduler", "asha"], "the asha scheduler stops trials by their validation scores"),
+])
+def test_a_table_sweep_refuses_a_search_before_ray(tmp_path, argv, message):
+    with pytest.raises(ValueError, match=message):
+        command.main(["--dataset", "mawps", "--no-mawps-valid", "--storage", str(tmp_path), *argv])
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_search_file_with_a_table_sweep_and_folds_of_another_dataset_are_refused(tmp_path, monkeypatch):
+    space = tmp_path / "space.yaml"
+    space.write_text("space:\n  model.heads: [2, 4]\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"--space, {space}: space asks for a search"):
+        command.main(["--dataset", "mawps", "--no-mawps-valid", "--space", str(space), "--storage", str(tmp_path)])
+    with pytest.raises(ValueError, match="--folds 0,1: math23k has no folds"):
+        command.main(["--dataset", "math23k", "--folds", "0,1", "--storage", str(tmp_path)])
+    with pytest.raises(ValueError, match="can be false only for MAWPS"):
+        command.main(["--dataset", "math23k", "--no-mawps-valid", "--storage", str(tmp_path)])
+    # An arm that needs other shards than the sweep builds once per fold for every arm.
+    monkeypatch.setitem(C.ABLATIONS, "small_vocab", {"data.min_word_freq": 5})
+    with pytest.raises(ValueError, match="arm small_vocab sets data.min_word_freq, which the sweep's shards"):
+        command.main(["--dataset", "mawps", "--ablation", "small_vocab", "--storage", str(tmp_path / "s")])
+    assert not (tmp_path / "s").exists()

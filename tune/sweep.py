@@ -24,10 +24,20 @@ replicates, scheduler or config keys, but where files go and how trials run; ``<
 holds them), a sweep of a name that another sweep is running, a sweep whose saved models an older
 version wrote (another weights format).
 
+The paper's tables (``--no-mawps-valid``, MAWPS's literature protocol): no search, each arm trains
+its one configuration (the paper's settings and ``--set``) on every fold, and every trial's last
+epoch is tested; a search, or a scheduler that stops trials by validation, is refused::
+
+    python tune/sweep.py --dataset mawps --mawps-folds graph2tree-1921 --no-mawps-valid --ablation all \
+        --folds 0,1,2,3,4 --set data.min_word_freq=5 --name paper-tables
+
 Selection uses validation only (``hlgt/sweep/results.py``): per arm, the configuration with the
 best mean validation value accuracy; then its best checkpoint of every replicate is evaluated ONCE
-on test. The sweep writes ``results.md``, ``results.csv``, ``results.json`` and ``results.png``
-(bars per arm, mean ± std) into ``<storage>/<name>/``, the table and the chosen models' folders
+on test. The sweep writes ``results.md`` (the arms' table, then the paper's Tables 2, 3 and 4 from
+the test predictions pooled over the replicates, with the paper's figures, each arm's difference to
+``full``, the problems only one of the two solves and the exact McNemar p: ``hlgt/sweep/tables.py``),
+``results.csv`` (one row per arm and replicate), ``results.json`` and ``results.png`` (bars per
+arm, mean ± std, the paper's figures marked) into ``<storage>/<name>/``, the table and the chosen models' folders
 (``--model`` of ``hlgt.solve`` and ``hlgt.train.evaluate``) also on the console, and, with W&B on,
 one summary run with the table and the best models' test predictions (each trial has its own run,
 grouped by the sweep).
