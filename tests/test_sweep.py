@@ -363,7 +363,7 @@ def test_ctrl_c_stops_the_sweep_instead_of_going_on_to_the_next_arm():
     before = signal.getsignal(signal.SIGINT)
     assert fit_unless_interrupted(_InterruptedTuner(False), "full") == "grid"
     assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt, match="sweep interrupted in arm full; re-run the same command"):
+    with pytest.raises(KeyboardInterrupt, match="sweep interrupted in experiment full; re-run the same command"):
         fit_unless_interrupted(_InterruptedTuner(True), "full")
     assert signal.getsignal(signal.SIGINT) is before
 

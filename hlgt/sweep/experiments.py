@@ -1,10 +1,13 @@
 """The sweep on Ray Tune: one experiment per ablation arm, each trial one Ray Train run.
 
 Each arm is its own Tune experiment (``<storage>/<name>/<arm>``) so that the scheduler (ASHA by
-default) compares configurations within an arm, never prunes one arm against another. An
-interrupted sweep resumes when re-run with the same name and storage: finished trials are kept,
-unfinished ones continue from their last checkpoint. ``run`` is the whole sweep: every arm's
-experiment, then ``hlgt.sweep.results``.
+default) compares configurations within an arm, never prunes one arm against another. A sweep
+without validation (a table: one configuration per arm, fifo) compares nothing, and runs every
+arm's trials in one experiment (``<storage>/<name>/arms``), arm after arm, so that the next arm's
+trials fill the CPUs that the last replicates of an arm leave idle. An interrupted sweep resumes
+when re-run with the same name and storage: finished trials are kept, unfinished ones continue
+from their last checkpoint. ``run`` is the whole sweep: the experiments, then
+``hlgt.sweep.results``.
 """
 from __future__ import annotations
 
@@ -39,14 +42,19 @@ def trial(config: dict, plan: Plan) -> None:
                callbacks=[TuneReportCallback()], group=plan.name, wandb_dir=plan.wandb_dir, evaluate_test=False)
 
 
-class TrialName:
+def trial_name(t) -> str:
     """``<arm>-s<sample>-r<replicate>-<trial id>``: W&B runs and folders named by arm and trial."""
+    return f"{t.config['arm']}-s{t.config['sample']}-r{t.config['replicate']}-{t.trial_id}"
 
-    def __init__(self, arm: str) -> None:
-        self.arm = arm
 
-    def __call__(self, t) -> str:
-        return f"{self.arm}-s{t.config['sample']}-r{t.config['replicate']}-{t.trial_id}"
+TABLE_EXPERIMENT = "arms"  # the one experiment of a sweep without validation
+
+
+def experiments(plan: Plan) -> dict[str, list[str]]:
+    """The sweep's Tune experiments, each named by its folder: the arms it trains."""
+    if not plan.validated:
+        return {TABLE_EXPERIMENT: list(plan.arms)}
+    return {arm: [arm] for arm in plan.arms}
 
 
 def scheduler(kind: str, epochs: int):
@@ -216,35 +224,37 @@ def epoch_lines(validated: bool):
     return EpochLines()
 
 
-def run_arm(plan: Plan, arm: str):
-    """One Tune experiment for one arm (restored when it exists); returns its ResultGrid."""
+def run_experiment(plan: Plan, name: str, arms: list[str]):
+    """One Tune experiment for ``arms`` (restored when it exists); returns its ResultGrid."""
     import ray.tune
 
-    path = f"{plan.root}/{arm}"
+    path = f"{plan.root}/{name}"
     # The trial function only waits on its TorchTrainer, whose workers hold the CPUs (GPUs). It asks
     # for memory, not CPU: a fraction of a CPU would leave Ray Data's 1-CPU read tasks unschedulable.
     trainable = ray.tune.with_resources(ray.tune.with_parameters(trial, plan=plan), {"CPU": 0, "memory": 64 * 1024**2})
     if ray.tune.Tuner.can_restore(path):
-        print(f"[sweep] {arm}: resuming {path}", flush=True)
+        print(f"[sweep] {name}: resuming {path}", flush=True)
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
     else:
         tuner = ray.tune.Tuner(
             trainable,
-            param_space={"arm": arm, "sample": ray.tune.grid_search(plan.arm_samples(arm)),
+            # Tune's trials vary the last key fastest: every replicate of an arm before the next arm.
+            param_space={"arm": ray.tune.grid_search(arms),
+                         "sample": ray.tune.grid_search(plan.arm_samples(arms[0])),
                          "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
             # Without validation there is no metric to rank by: every trial runs to its last epoch (fifo).
             tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC if plan.validated else None,
                                             mode="max" if plan.validated else None,
                                             scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
-                                            max_concurrent_trials=concurrency(plan), trial_name_creator=TrialName(arm),
-                                            trial_dirname_creator=TrialName(arm)),
-            run_config=ray.tune.RunConfig(name=arm, storage_path=plan.root, verbose=2 if plan.verbose else 0,
+                                            max_concurrent_trials=concurrency(plan), trial_name_creator=trial_name,
+                                            trial_dirname_creator=trial_name),
+            run_config=ray.tune.RunConfig(name=name, storage_path=plan.root, verbose=2 if plan.verbose else 0,
                                           callbacks=[] if plan.verbose else [epoch_lines(plan.validated)]),
         )
-    return fit_unless_interrupted(tuner, arm)
+    return fit_unless_interrupted(tuner, name)
 
 
-def fit_unless_interrupted(tuner, arm: str):
+def fit_unless_interrupted(tuner, name: str):
     """``tuner.fit()``'s ResultGrid, or ``KeyboardInterrupt`` when Ctrl-C stopped it. Tune catches
     the signal, saves its state and returns as if done (its stopped trials read as terminated);
     its handler puts back the one it replaced, so finding ours back in place means a signal came."""
@@ -260,7 +270,7 @@ def fit_unless_interrupted(tuner, arm: str):
         interrupted = signal.getsignal(signal.SIGINT) is ours
         signal.signal(signal.SIGINT, previous)
     if interrupted:
-        raise KeyboardInterrupt(f"sweep interrupted in arm {arm}; re-run the same command to resume it")
+        raise KeyboardInterrupt(f"sweep interrupted in experiment {name}; re-run the same command to resume it")
     return grid
 
 
@@ -288,7 +298,10 @@ def run(plan: Plan, address: str | None = None) -> list[dict]:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all
     started = time.perf_counter()
     announce(plan)
-    grids = {arm: run_arm(plan, arm) for arm in plan.arms}
+    grids = {}
+    for name, arms in experiments(plan).items():
+        grid = run_experiment(plan, name, arms)
+        grids.update({arm: [r for r in grid if r.config["arm"] == arm] for arm in arms})
     rows, paper_tables, paths = results.summarise(plan, grids)
     chosen = ("selection on validation, test evaluated once per arm's best configuration" if plan.validated
               else "no validation: each arm's one configuration, every replicate's last epoch tested")
