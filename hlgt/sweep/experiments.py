@@ -113,27 +113,19 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
     longest problems; with ``train.cuda_graphs``, also one per shape learned from a shuffle of
     ``rows``, each captured, since every captured graph keeps its own memory. -> how many shapes
     it ran a step of."""
-    from hlgt.data.collate import collate, encode, iter_batches
+    from hlgt.data.collate import collate, encode
     from hlgt.model.solver import Solver
     from hlgt.train.cuda_graphs import GraphedSteps
-    from hlgt.train.loop import make_optimizer
+    from hlgt.train.loop import epoch_batches, make_optimizer, train_step
 
     solver = Solver(cfg.model, vocab).to(device)
     opt, _ = make_optimizer(cfg, solver)
-
-    def step(batch, forward) -> None:
-        out = forward(batch.to(device))
-        opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        opt.step()
-
     longest = sorted(rows, key=lambda r: -len(r["tokens"]))[: cfg.train.batch_size]
-    step(solver.plan(collate(longest, vocab, variant=cfg.data.graph)), solver)
+    train_step(solver, opt, solver.plan(collate(longest, vocab, variant=cfg.data.graph)).to(device))
     if not cfg.train.cuda_graphs:
         return 0
     steps = GraphedSteps(solver)
-    batches = list(iter_batches(encode(rows, vocab), vocab, cfg.train.batch_size, shuffle=True,
-                                seed=cfg.train.seed, variant=cfg.data.graph))
+    batches = list(epoch_batches(encode(rows, vocab), vocab, cfg, epoch=1))
     steps.learn(batches)
     captured = set()
     for batch in batches:  # every shape learned fits some full batch of these
@@ -142,7 +134,7 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
         planned = steps.plan(batch)
         if planned.shape is not None and planned.shape not in captured:
             captured.add(planned.shape)
-            step(planned, steps.forward)
+            train_step(steps.forward, opt, planned.to(device))
     return len(captured)
 
 

@@ -58,6 +58,7 @@ import torch
 
 from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys
 from hlgt.config import ABLATIONS, Config, ablation_arms, parse_overrides
+from hlgt.train.loop import OPTIMIZER_STEP, train_step
 
 
 def _sync(device: torch.device) -> None:
@@ -130,14 +131,14 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     if steps is not None:
         steps.learn(batches)
     for batch in (batches if steps is not None else _warm_up(cfg, batches)):
-        _train_step(forward, opt, plan(batch).to(device))
+        train_step(forward, opt, plan(batch).to(device))
     if steps is not None:
         steps.epoch_note()
     _sync(device)
     timed, start, syncs, losses = 0, time.perf_counter(), [], []
     for batch in batches[1:]:
         with _syncs_counted(device, syncs):
-            losses.append(_train_step(forward, opt, plan(batch).to(device)))
+            losses.append(train_step(forward, opt, plan(batch).to(device)))
         timed += len(batch)
     _sync(device)
     train_s = time.perf_counter() - start
@@ -210,22 +211,6 @@ def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, 
     return solver, opt, batches[: steps + 1]
 
 
-def _train_step(forward, opt, batch, stats=None) -> torch.Tensor:
-    """The training loop's step (``hlgt.train.loop.Trainer._step``; ``forward``: the solver, or
-    ``GraphedSteps.forward``; ``stats``: its gradient-norm bookkeeping), the optimizer's part
-    labelled for the profile. -> the step's loss, detached (not read back)."""
-    from torch.profiler import record_function
-
-    out = forward(batch)
-    opt.zero_grad(set_to_none=True)
-    out["loss"].backward()
-    if stats is not None:
-        stats.step(out, len(batch))
-    with record_function(OPTIMIZER):
-        opt.step()
-    return out["loss"].detach()
-
-
 def _warm_up(cfg: Config, batches: list) -> list:
     """The batches to run before measuring: the first (Adam's state, allocator), or with
     ``train.compile`` all of them, so that no compilation falls inside the measurement."""
@@ -233,7 +218,6 @@ def _warm_up(cfg: Config, batches: list) -> list:
 
 
 # On a GPU each of these waits for the device: the value (or the output's size) is needed on the host.
-OPTIMIZER = "hlgt::optimizer_step"
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique2", "aten::unique_consecutive",
             "aten::unique_dim", "aten::masked_select", "aten::repeat_interleave")
 
@@ -258,10 +242,10 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     stats = EpochStats(solver.parts(), torch.device("cpu"))
     batches = [solver.plan(b) for b in batches]  # as the training loop does, before the step
     for batch in _warm_up(cfg, batches):
-        _train_step(solver, opt, batch, stats)
+        train_step(solver, opt, batch, stats)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for batch in batches[1:]:
-            _train_step(solver, opt, batch, stats)
+            train_step(solver, opt, batch, stats)
     events = [e for e in prof.events() if e.name.startswith("aten::")]
 
     def ancestors(e) -> set[str]:
@@ -279,7 +263,7 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     syncs: dict[str, int] = {}
     for e, up, g in zip(events, lineage, in_gru):
         # Adam reads its step counters with .item(), but they live on the CPU: no device wait.
-        if not g and e.name in SYNC_OPS and OPTIMIZER not in up:
+        if not g and e.name in SYNC_OPS and OPTIMIZER_STEP not in up:
             syncs[e.name] = syncs.get(e.name, 0) + 1
     # What would launch a kernel: operators that call no other (leaves), less views, allocations
     # and no-op conversions, outside the CPU BiGRUs; on a GPU a fused optimizer, cuBLAS or a
@@ -290,7 +274,7 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
             "launching_ops_per_step": launches / steps,
             "cpu_gru_ops_per_step": sum(in_gru) / steps, "other_ops_per_step": in_gru.count(False) / steps,
             "other_top_level_ops_per_step": sum(not g and not n for g, n in zip(in_gru, nested)) / steps,
-            "optimizer_ops_per_step": sum(OPTIMIZER in up for up in lineage) / steps,
+            "optimizer_ops_per_step": sum(OPTIMIZER_STEP in up for up in lineage) / steps,
             "syncs_per_step": sum(syncs.values()) / steps, "syncs": {k: v / steps for k, v in sorted(syncs.items())}}
 
 
@@ -319,13 +303,13 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
 
     solver, opt, batches = _training_steps(cfg, vocab, rows, device, steps, "--time-steps")
     for batch in _warm_up(cfg, batches):
-        _train_step(solver, opt, solver.plan(batch).to(device))
+        train_step(solver, opt, solver.plan(batch).to(device))
     _sync(device)
     cuda = device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         start = time.perf_counter()
         for batch in batches[1:]:
-            _train_step(solver, opt, solver.plan(batch).to(device))
+            train_step(solver, opt, solver.plan(batch).to(device))
         _sync(device)
         wall = time.perf_counter() - start
     events = prof.events()

@@ -92,7 +92,7 @@ def worker_loop(config: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from hlgt.data.collate import encode, iter_batches
+    from hlgt.data.collate import encode
     from hlgt.data.vocab import Vocab
 
     cfg = Config.from_flat(config["cfg"])
@@ -114,8 +114,7 @@ def worker_loop(config: dict) -> dict:
         # shuffle of the shard per epoch beats a local shuffle buffer.
         if not shard_rows:
             shard_rows.extend(encode(read_rows("train"), vocab))
-        return iter_batches(shard_rows, vocab, cfg.train.batch_size, shuffle=True,
-                            seed=cfg.train.seed * 100_003 + epoch, variant=cfg.data.graph)
+        return loop.epoch_batches(shard_rows, vocab, cfg, epoch)
 
     def eval_rows(split: str) -> list[dict]:
         return read_rows(split) if split in config["splits"] else []

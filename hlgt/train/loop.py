@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 from hlgt import config as C
 from hlgt.config import Config
@@ -67,6 +68,7 @@ OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.js
 SPLIT_METRICS = {"valid": (C.VAL_VALUE_ACC, C.VAL_EQUATION_ACC), "test": (C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC)}
 
 Report = Callable[[dict, "Path | None"], None]
+OPTIMIZER_STEP = "hlgt::optimizer_step"  # the optimizer's part of a step, labelled for torch.profiler (bench)
 
 
 def seed_everything(seed: int) -> None:
@@ -291,6 +293,35 @@ class EpochStats:
         return metrics
 
 
+def train_step(forward: Callable, opt: torch.optim.Optimizer, batch, stats: EpochStats | None = None,
+               grad_clip: float = 0.0, params: Iterable[nn.Parameter] = ()) -> torch.Tensor:
+    """One training step, as the trainer, the benchmark and the sweep's memory probe all take it:
+    ``forward`` (the solver, its data-parallel wrapper or ``GraphedSteps.forward``) on a planned
+    batch on its device, backward, the gradient-norm bookkeeping (``stats``), clipping the global
+    norm of ``params`` to ``grad_clip`` (> 0), the optimizer's step. -> the loss, detached (not
+    read back)."""
+    out = forward(batch)
+    opt.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
+    norm = stats.step(out, len(batch)) if stats is not None else None
+    if grad_clip > 0:
+        if norm is None:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        else:
+            torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
+    with record_function(OPTIMIZER_STEP):
+        opt.step()
+    return out["loss"].detach()
+
+
+def epoch_batches(rows: list[dict], vocab, cfg: Config, epoch: int) -> Iterable:
+    """Epoch ``epoch``'s training batches of ``encode``d ``rows``: a shuffle seeded by the run's
+    seed and the epoch, so that a resumed run draws the batches it would have drawn."""
+    return iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed * 100_003 + epoch,
+                        variant=cfg.data.graph)
+
+
 def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
     val = (f" | val value {100 * m[C.VAL_VALUE_ACC]:.1f}% eq {100 * m[C.VAL_EQUATION_ACC]:.1f}%"
            + (f" tree loss {m[C.VAL_TREE_LOSS]:.4f}" if C.VAL_TREE_LOSS in m else "") if evaluated else "")
@@ -437,8 +468,7 @@ class Trainer:
         return train_rows
 
     def _shuffled_batches(self, epoch: int):
-        return iter_batches(self._train_rows, self.vocab, self.cfg.train.batch_size, shuffle=True,
-                            seed=self.cfg.train.seed * 100_003 + epoch, variant=self.cfg.data.graph)
+        return epoch_batches(self._train_rows, self.vocab, self.cfg, epoch)
 
     def fit(self, report: Report, tracker: tracking.Tracker) -> None:
         """The remaining epochs, each trained, validated when due, logged and reported with a
@@ -470,7 +500,8 @@ class Trainer:
         stats = EpochStats(self.parts, self.rt.device)
         lr = self.opt.param_groups[0]["lr"]
         for batch in self.train_batches(epoch):
-            self._step(self.plan(batch).to(self.rt.device), stats)
+            train_step(self.forward, self.opt, self.plan(batch).to(self.rt.device), stats, self.cfg.train.grad_clip,
+                       self.solver.parameters())
         if self.steps is not None:
             self.log(self.steps.epoch_note())
         self.sched.step()
@@ -483,16 +514,6 @@ class Trainer:
         if self.rt.all_reduce is not None:
             sums = self.rt.all_reduce(sums)
         return _epoch_metrics(epoch, sums, lr, elapsed, stats), bool(sums[4] > 0)
-
-    def _step(self, batch, stats: EpochStats) -> None:
-        out = self.forward(batch)
-        self.opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
-        norm = stats.step(out, len(batch))
-        if self.cfg.train.grad_clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(self.solver.parameters(), self.cfg.train.grad_clip, norm)
-        self.opt.step()
 
     def validate(self, epoch: int, metrics: dict, due: bool) -> bool:
         """When ``due``, evaluate on validation and keep the model if it is the best so far (rank 0
