@@ -3,8 +3,8 @@
 Each arm is its own Tune experiment (``<storage>/<name>/<arm>``) so that the scheduler (ASHA by
 default) compares configurations within an arm, never prunes one arm against another. A sweep
 without validation (a table: one configuration per arm, fifo) compares nothing, and runs every
-arm's trials in one experiment (``<storage>/<name>/arms``), arm after arm, so that the next arm's
-trials fill the CPUs that the last replicates of an arm leave idle. An interrupted sweep resumes
+arm's trials in one experiment (``<storage>/<name>/arms``), replicate after replicate, so that no
+CPU idles between arms while an arm's last replicates finish. An interrupted sweep resumes
 when re-run with the same name and storage: finished trials are kept, unfinished ones continue
 from their last checkpoint. ``run`` is the whole sweep: the experiments, then
 ``hlgt.sweep.results``.
@@ -230,7 +230,9 @@ def run_experiment(plan: Plan, name: str, arms: list[str]):
     else:
         tuner = ray.tune.Tuner(
             trainable,
-            # Tune's trials vary the last key fastest: every replicate of an arm before the next arm.
+            # Tune's grid varies its keys in sorted order, the first fastest: each replicate's trials of
+            # every arm before the next replicate's, so that a table stopped early pairs the arms on
+            # the same folds.
             param_space={"arm": ray.tune.grid_search(arms),
                          "sample": ray.tune.grid_search(plan.arm_samples(arms[0])),
                          "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
