@@ -120,32 +120,35 @@ class Encoder(nn.Module):
 
     def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
         """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
-        return self.after_recurrence(batch, self.recurrence(batch, low_precision))
+        return self.after_recurrence(batch, self.recurrence(batch, low_precision=low_precision))
 
-    def recurrence(self, batch: Batch, low_precision: bool = False) -> tuple[Tensor, ...]:
+    def recurrence(self, batch: Batch, packing: Packing | None = None, low_precision: bool = False) -> tuple[Tensor, ...]:
         """The BiGRUs, which run over each batch's own lengths: (h_b [B, T, H], problem [B, H]),
-        and h_seq [B, T, H] for the graph arms."""
+        and h_seq [B, T, H] for the graph arms. ``packing``: the lengths packed beforehand
+        (``Solver.plan``), else here."""
         if not batch.checked:  # a batch from collate was checked there, on the CPU: no host sync here
             batch.check()
         tokens, lengths = batch.tokens, batch.lengths
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
         # Solver.plan packs the lengths on the CPU; an unplanned batch is packed here, once for both BiGRUs.
-        packing = batch.packing if batch.packing is not None else Packing.of(lengths, tokens.size(1)).to(tokens.device)
+        packing = packing if packing is not None else Packing.of(lengths, tokens.size(1)).to(tokens.device)
         h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision, packing)    # [B, T, H], [4, B, H]
         if self.kind == "none":
             return h_b, h_n[-2] + h_n[-1]
         h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision, packing)  # [B, T, H], [2, B, H]
         return h_b, h_n[0] + h_n[1], h_seq
 
-    def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...]) -> EncoderOutput:
+    def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...],
+                         graph_layout: GraphLayout | None = None) -> EncoderOutput:
         """The rest of the encoder over ``recurrence``'s states: shapes that depend only on the
-        batch's padded sizes (``Solver.plan`` with a ``Shape``)."""
+        batch's padded sizes (``Solver.plan`` with a ``Shape``). ``graph_layout``: the HLGT layers'
+        layout made beforehand (``Solver.plan``), else here."""
         h_b, problem = states[:2]
         B, T, _ = h_b.shape
         mask = torch.arange(T, device=h_b.device) < batch.lengths.unsqueeze(1)    # [B, T]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=problem, mask=mask)
-        h_str = self._structure(h_b, batch)                                       # [B, T, H]
+        h_str = self._structure(h_b, batch, graph_layout)                         # [B, T, H]
         h_f = torch.cat([states[2], h_str], dim=-1)                               # [B, T, 2H] [h_seq : h_str]
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
         return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=problem, mask=mask)
@@ -160,7 +163,7 @@ class Encoder(nn.Module):
     def _node_type(self, batch: Batch) -> Tensor:
         return batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
 
-    def _structure(self, h_b: Tensor, batch: Batch) -> Tensor:
+    def _structure(self, h_b: Tensor, batch: Batch, graph_layout: GraphLayout | None) -> Tensor:
         """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
         B, T, H = h_b.shape
         # Row B*T, after the tokens, is where a padding node (node_batch B) reads and writes.
@@ -168,7 +171,7 @@ class Encoder(nn.Module):
         row = batch.node_batch * T + batch.node_pos                               # [N]
         h0 = self.dropout(flat.index_select(0, row))                              # [N, H]
         graph = (h0, self._node_type(batch), batch.edge_index, batch.edge_type, batch.line_index)
-        h = (self.graph(*graph, layout=batch.graph_layout) if self.kind == "hlgt"
+        h = (self.graph(*graph, layout=graph_layout) if self.kind == "hlgt"
              else self.graph(*graph))                                             # [N, H]
         count = torch.zeros(B * T + 1, 1, dtype=h.dtype, device=h.device).index_add_(
             0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T+1, 1] nodes per token

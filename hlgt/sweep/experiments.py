@@ -132,8 +132,8 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
         if len(captured) == len(steps.buckets):
             break
         planned = steps.plan(batch)
-        if planned.shape is not None and planned.shape not in captured:
-            captured.add(planned.shape)
+        if planned.plan.shape is not None and planned.plan.shape not in captured:
+            captured.add(planned.plan.shape)
             train_step(steps.forward, opt, planned.to(device))
     return len(captured)
 
