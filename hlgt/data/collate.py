@@ -204,21 +204,39 @@ def collate(
         raise ValueError("collate needs at least one row")
     parts = _variant_parts(variant)
     rows = [r if isinstance(r, Encoded) else encode([r], vocab)[0] for r in rows]
-    b = len(rows)
     column = {c: _concat([r.arrays[c] for r in rows]) for c in ARRAY_COLUMNS}  # (flat, counts)
-
-    # Text.
     words, lengths = _concat([r.words for r in rows])
-    tokens = _pad(words, lengths, max(int(lengths.max()), 1))
+    targets, t_counts = _concat([r.target for r in rows])
+    s = max(int(t_counts.max()), 1)
+    batch = Batch(
+        ids=[r.id for r in rows],
+        tokens=torch.from_numpy(_pad(words, lengths, max(int(lengths.max()), 1))),
+        lengths=torch.from_numpy(lengths),
+        **_quantities(column, max_quantities),
+        **_graph(column, parts),
+        target=torch.from_numpy(_pad(targets, t_counts, s)),
+        target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
+        answers=[r.answer for r in rows],
+    )
+    batch.check()
+    batch.checked = True
+    return batch
 
-    # Quantities.
+
+def _quantities(column: dict, max_quantities: int | None) -> dict[str, torch.Tensor]:
+    """The batch's quantity tensors [B, Q] from the concatenated columns."""
     (num_pos, q_counts), (num_values, _) = column["num_pos"], column["num_values"]
     q = int(q_counts.max()) if max_quantities is None else max_quantities
     if q_counts.max() > q:
         raise ValueError(f"a problem has {int(q_counts.max())} quantities, more than max_quantities={q}")
-    num_mask = np.arange(q)[None, :] < q_counts[:, None]
+    return {"num_pos": torch.from_numpy(_pad(num_pos, q_counts, q)),
+            "num_mask": torch.from_numpy(np.arange(q)[None, :] < q_counts[:, None]),
+            "num_values": torch.from_numpy(_pad(num_values, q_counts, q).astype(np.float32))}
 
-    # Graph: concatenate with node offsets, then keep the variant's edges and renumber them.
+
+def _graph(column: dict, parts: np.ndarray) -> dict[str, torch.Tensor]:
+    """The batch's graph tensors: every problem's graph concatenated with node offsets, then the
+    variant's edges (``parts``) kept and renumbered, and the line edges between kept edges."""
     (node_pos, n_counts), (node_type, _) = column["node_pos"], column["node_type"]
     (edge_src, e_counts), (edge_dst, _) = column["edge_src"], column["edge_dst"]
     (edge_type, _), (edge_part, _) = column["edge_type"], column["edge_part"]
@@ -230,31 +248,12 @@ def collate(
     keep = np.isin(edge_part, parts)  # [E]
     new_edge_id = np.cumsum(keep) - 1  # [E] id among the kept edges
     keep_line = keep[line_src] & keep[line_dst]  # [L]
-
-    # Targets.
-    targets, t_counts = _concat([r.target for r in rows])
-    s = max(int(t_counts.max()), 1)
-
-    batch = Batch(
-        ids=[r.id for r in rows],
-        tokens=torch.from_numpy(tokens),
-        lengths=torch.from_numpy(lengths),
-        num_pos=torch.from_numpy(_pad(num_pos, q_counts, q)),
-        num_mask=torch.from_numpy(num_mask),
-        num_values=torch.from_numpy(_pad(num_values, q_counts, q).astype(np.float32)),
-        node_batch=torch.from_numpy(np.repeat(np.arange(b, dtype=np.int64), n_counts)),
-        node_pos=torch.from_numpy(node_pos),
-        node_type=torch.from_numpy(node_type),
-        edge_index=torch.from_numpy(np.stack([edge_src[keep], edge_dst[keep]])),
-        edge_type=torch.from_numpy(edge_type[keep]),
-        line_index=torch.from_numpy(np.stack([new_edge_id[line_src[keep_line]], new_edge_id[line_dst[keep_line]]])),
-        target=torch.from_numpy(_pad(targets, t_counts, s)),
-        target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
-        answers=[r.answer for r in rows],
-    )
-    batch.check()
-    batch.checked = True
-    return batch
+    return {"node_batch": torch.from_numpy(np.repeat(np.arange(len(n_counts), dtype=np.int64), n_counts)),
+            "node_pos": torch.from_numpy(node_pos), "node_type": torch.from_numpy(node_type),
+            "edge_index": torch.from_numpy(np.stack([edge_src[keep], edge_dst[keep]])),
+            "edge_type": torch.from_numpy(edge_type[keep]),
+            "line_index": torch.from_numpy(np.stack([new_edge_id[line_src[keep_line]],
+                                                     new_edge_id[line_dst[keep_line]]]))}
 
 
 def iter_batches(
