@@ -66,13 +66,6 @@ def delete_folder(root: str) -> bool:
     return True
 
 
-def ray_address(explicit: str | None) -> str:
-    """The Ray a command runs on: ``explicit`` (``--address``), else the cluster of the Ray job it
-    runs in (Ray sets RAY_ADDRESS for a job's command), else a Ray of its own, ``"local"``: left
-    to itself, ``ray.init()`` would join whatever Ray a ``ray start`` last left on this machine."""
-    return explicit or os.environ.get("RAY_ADDRESS") or "local"
-
-
 # Folders and files on this machine, made absolute where a command builds its config (from its
 # working directory), so that a saved run config means the same place from any other directory.
 LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.word_vectors")

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from hlgt import config as C
+from hlgt.ray_session import ray_address
 
 
 def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
@@ -25,9 +26,9 @@ def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
 def test_a_command_runs_its_own_ray_unless_given_one(monkeypatch):
     # Not whatever `ray start` left on this machine; a Ray job's command runs on the job's cluster.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert C.ray_address(None) == "local" and C.ray_address("auto") == "auto"
+    assert ray_address(None) == "local" and ray_address("auto") == "auto"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    assert C.ray_address(None) == "10.0.0.5:6379" and C.ray_address("ray://head:10001") == "ray://head:10001"
+    assert ray_address(None) == "10.0.0.5:6379" and ray_address("ray://head:10001") == "ray://head:10001"
 
 
 def test_is_uri():

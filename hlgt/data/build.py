@@ -34,7 +34,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import shutil
 import sys
@@ -49,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hlgt.config import Config, DataConfig, is_uri, ray_address
+from hlgt.config import Config, DataConfig, is_uri
 from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
@@ -58,6 +57,7 @@ from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERS
                               graph_to_row)
 from hlgt.data.shards import MANIFEST, split_faults
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
+from hlgt.ray_session import start_ray
 from hlgt.data.vocab import Vocab, words_read
 
 ROWS_PER_SHARD = 4096
@@ -430,7 +430,8 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
         table = pa.concat_tables(tables)
         print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
               f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
-        started_ray = _start_ray(address, actors) if use_ray else False
+        started_ray = start_ray(address, console=False, dashboard=False, cpus=max(actors, os.cpu_count() or 1),
+                                ship_package=True) if use_ray else False
         results: Iterator[pa.Table] = iter(())
         try:
             if table.num_rows and use_ray:
@@ -563,25 +564,6 @@ def _write_manifest(out: Path, manifest: dict) -> None:
     tmp.replace(out / MANIFEST)
 
 
-def _start_ray(address: str | None, actors: int) -> bool:
-    """Connect to ``address``, or to the cluster of the Ray job this command runs in, or start a
-    local Ray (``hlgt.config.ray_address``); False when Ray was already running (not ours)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
-    target = ray_address(address)
-    if target == "local":
-        ray.init(address=target, num_cpus=max(actors, os.cpu_count() or 1), include_dashboard=False, **quiet)
-    elif address:
-        # Ship this package to the cluster's workers so the actors import the same code.
-        ray.init(address=target, runtime_env={"py_modules": [str(REPO_ROOT / "hlgt")]}, **quiet)
-    else:
-        ray.init(address=target, **quiet)  # a Ray job's runtime environment ships its tree already
-    return True
-
-
 def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> Path:
     """The shard folder of ``cfg`` for training: built when missing or stale, else reused.
 
@@ -635,7 +617,8 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
     table = input_table(prepared.examples[split])
     print(f"[bench] {cfg.data.dataset} {split}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
           f"{os.cpu_count()} CPUs on this machine", flush=True)
-    started_ray = _start_ray(address, max(actor_counts)) if any(actor_counts) or address else False
+    started_ray = (start_ray(address, console=False, dashboard=False, cpus=max(*actor_counts, os.cpu_count() or 1),
+                             ship_package=True) if any(actor_counts) or address else False)
     runs: dict[int, dict[str, float]] = {}
     result = SplitResult()
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hlgt import config as C
 from hlgt.config import Config
+from hlgt.ray_session import start_ray
 from hlgt.sweep import results
 from hlgt.sweep.plan import Plan
 from hlgt.sweep.space import describe
@@ -284,9 +285,7 @@ def announce(plan: Plan) -> None:
 def run(plan: Plan, address: str | None = None) -> list[dict]:
     """The whole sweep: every arm's experiment, then selection, test evaluation, table, chart and
     W&B summary; returns the table's rows."""
-    from hlgt.train.launch import init_ray
-
-    init_ray(address, workers_to_console=plan.verbose)
+    start_ray(address, console=plan.verbose)
     resolve_gpus(plan)
     if not plan.verbose:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, delete_folder, is_uri, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
+from hlgt.ray_session import start_ray
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[train] --fresh: removed {run_dir}", flush=True)
         check_resumable(cfg, run_dir, use_ray)
         if use_ray:
-            launch.init_ray(args.address)
+            start_ray(args.address)
             result = launch.fit(cfg, shards, name=name, storage=cfg.train.out_dir, cpus_per_worker=args.cpus_per_worker)
             metrics = result.metrics
         else:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hlgt import config as C
-from hlgt.config import Config, is_uri, ray_address
+from hlgt.config import Config, is_uri
 from hlgt.train import loop, tracking
 
 SPLITS = ("train", "valid", "test")
@@ -33,26 +33,6 @@ def ray_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def init_ray(address: str | None = None, workers_to_console: bool = True) -> None:
-    """Connect to ``address`` (``auto``, ``ray://...``, host:port) or, without one, to the cluster
-    of the Ray job this command runs in, else start a local Ray (``hlgt.config.ray_address``).
-
-    A local Ray starts with its dashboard: Ray Train's PlacementGroupCleaner asks the state API
-    (served by the dashboard) whether a run's controller is alive, and without it the placement
-    group of a run that Tune stopped early is never removed, starving every later trial.
-    ``workers_to_console=False`` keeps the workers' output (and Ray's own INFO lines) off this
-    console: it stays in Ray's session logs, and the caller prints what matters.
-    """
-    import logging
-
-    import ray
-
-    if not ray.is_initialized():
-        address = ray_address(address)
-        ray.init(address=address, include_dashboard=True if address == "local" else None,
-                 log_to_driver=workers_to_console, logging_level=logging.INFO if workers_to_console else logging.WARNING)
 
 
 def worker_cpus(workers: int, requested: float | None = None) -> float:
