@@ -5,8 +5,7 @@ the code speaks ``Config``. ``Config.from_flat`` rejects unknown keys and coerce
 typo in a sweep file fails at once instead of silently training the default.
 
 This module also names the ablation arms (each a flat override of the same code) and the
-metric names, so that every reporter (console, Ray, W&B, results table) uses one spelling, and
-says where runs are stored (``$HLGT_STORAGE``, local paths or URIs).
+datasets' paper settings, and says where runs are stored (``$HLGT_STORAGE``, local paths or URIs).
 """
 from __future__ import annotations
 
@@ -300,34 +299,3 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "mawps": {"train.epochs": 30, "train.lr_step": 10},
     "sample": {"train.epochs": 30, "train.lr_step": 10},
 }
-
-# Metric names, defined once.
-TRAIN_LOSS = "train/loss"
-TRAIN_TREE_LOSS = "train/tree_loss"
-TRAIN_COM_LOSS = "train/com_loss"
-TRAIN_PROBLEMS_PER_S = "train/problems_per_s"
-TRAIN_GRAD_NORM_MAX = "train/grad_norm_max"  # the epoch's largest global gradient norm, before clipping
-# The model's parts (``Solver.parts``) and the encoder's activations (``Solver.forward``'s scales):
-# every epoch reports each part's largest gradient norm and each activation's mean scale.
-MODEL_PARTS = ("embedding", "word_gru", "seq_gru", "graph", "fusion", "decoder", "comparison")
-ACTIVATIONS = ("h_b", "h_seq", "h_str", "memory")
-
-
-def grad_norm_metric(part: str) -> str:
-    """The epoch's largest gradient norm of one model part, before clipping."""
-    return f"grad_norm_max/{part}"
-
-
-def scale_metric(activation: str) -> str:
-    """An activation's standard deviation over the real tokens of a batch, averaged over the epoch."""
-    return f"scale/{activation}"
-
-
-VAL_VALUE_ACC = "val/value_acc"
-VAL_EQUATION_ACC = "val/equation_acc"
-VAL_TREE_LOSS = "val/tree_loss"  # teacher-forced, in eval mode: what training minimises, on validation
-TEST_VALUE_ACC = "test/value_acc"
-TEST_EQUATION_ACC = "test/equation_acc"
-EPOCH = "epoch"
-BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
-LR = "train/lr"

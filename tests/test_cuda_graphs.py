@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.data.collate import iter_batches
 from hlgt.data.shards import load_rows, load_vocab
@@ -178,7 +179,7 @@ def test_replayed_steps_train_as_eager_steps_do(shards, tmp_path, arm):
         cfg = Config.from_flat({**TINY, **C.ABLATIONS[arm], "train.epochs": 3, "train.use_gpu": True,
                                 "train.cuda_graphs": graphs})
         result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(device=torch.device("cuda")))
-        runs[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
+        runs[graphs] = [m[M.TRAIN_LOSS] for m in result.history]
     assert runs[True] == pytest.approx(runs[False], rel=1e-3)
 
 
@@ -227,7 +228,7 @@ def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path):
     for graphs in (False, True):
         cfg = Config.from_flat({**TINY, "train.epochs": 3, "train.cuda_graphs": graphs})
         result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(log=logs.append))
-        losses[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
+        losses[graphs] = [m[M.TRAIN_LOSS] for m in result.history]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
     notes = [m for m in logs if m.startswith("cuda graphs:")]
     assert len(notes) == 1 + 3 and "shapes learned" in notes[0]

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.config import ACTIVATIONS, MODEL_PARTS, ModelConfig
+from hlgt.config import ModelConfig
+from hlgt.metrics import ACTIVATIONS, MODEL_PARTS
 from hlgt.data.collate import collate
 from hlgt.data.graph import Graph, line_graph
 from hlgt.data.numbers import Example, Quantity

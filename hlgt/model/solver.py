@@ -148,7 +148,7 @@ class Solver(nn.Module):
                      tree=planned.plan.trees.sizes())
 
     def parts(self) -> dict[str, list[nn.Parameter]]:
-        """The model's parameters by part (``hlgt.config.MODEL_PARTS``), for per-part gradient norms;
+        """The model's parameters by part (``hlgt.metrics.MODEL_PARTS``), for per-part gradient norms;
         a part the model lacks (the GTS arm's graph layers) is absent."""
         modules = {"embedding": self.encoder.embedding, "word_gru": self.encoder.word_gru,
                    "seq_gru": getattr(self.encoder, "seq_gru", None), "graph": getattr(self.encoder, "graph", None),

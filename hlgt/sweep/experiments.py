@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.ray_session import start_ray
 from hlgt.sweep import results
@@ -65,10 +65,10 @@ def scheduler(kind: str, epochs: int):
     if kind == "asha":
         # max_t one past the last epoch: ASHA stops a trial that reaches max_t, and the last epoch
         # must not be cut short (the trial still has its final report to make).
-        return ASHAScheduler(time_attr=C.EPOCH, max_t=max(epochs, 1) + 1, grace_period=max(1, epochs // 4),
+        return ASHAScheduler(time_attr=M.EPOCH, max_t=max(epochs, 1) + 1, grace_period=max(1, epochs // 4),
                              reduction_factor=3)
     if kind == "median":
-        return MedianStoppingRule(time_attr=C.EPOCH, grace_period=max(1, epochs // 4))
+        return MedianStoppingRule(time_attr=M.EPOCH, grace_period=max(1, epochs // 4))
     if kind == "fifo":
         return FIFOScheduler()
     raise ValueError(f"unknown scheduler {kind!r}; choose asha, median or fifo")
@@ -196,11 +196,11 @@ def epoch_lines(validated: bool):
 
     class EpochLines(Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            if C.EPOCH not in result or C.TRAIN_LOSS not in result:  # the final report repeats the last epoch
+            if M.EPOCH not in result or M.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
-            val = f" | val value {100 * result[C.VAL_VALUE_ACC]:.1f}%" if validated and C.VAL_VALUE_ACC in result else ""
-            print(f"[sweep] {trial} epoch {result[C.EPOCH]} | loss {result.get(C.TRAIN_LOSS, float('nan')):.4f}{val} | "
-                  f"{result.get(C.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
+            val = f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%" if validated and M.VAL_VALUE_ACC in result else ""
+            print(f"[sweep] {trial} epoch {result[M.EPOCH]} | loss {result.get(M.TRAIN_LOSS, float('nan')):.4f}{val} | "
+                  f"{result.get(M.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             print(f"[sweep] {trial} finished", flush=True)
@@ -238,7 +238,7 @@ def run_experiment(plan: Plan, name: str, arms: list[str]):
                          "sample": ray.tune.grid_search(plan.arm_samples(arms[0])),
                          "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
             # Without validation there is no metric to rank by: every trial runs to its last epoch (fifo).
-            tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC if plan.validated else None,
+            tune_config=ray.tune.TuneConfig(metric=M.VAL_VALUE_ACC if plan.validated else None,
                                             mode="max" if plan.validated else None,
                                             scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
                                             max_concurrent_trials=concurrency(plan), trial_name_creator=trial_name,

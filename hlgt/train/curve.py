@@ -10,7 +10,7 @@ epoch on the first ``--val-limit`` validation rows (named in the output) and nev
 Arms run in parallel processes (``--jobs``, one torch thread each by default) or one after the
 other; an arm's result does not depend on which. Per epoch and arm it prints validation value
 accuracy, tree and comparison loss, the largest gradient norm of the whole model and of each part
-(``hlgt.config.MODEL_PARTS``) and the activation scales (``hlgt.config.ACTIVATIONS``), then the
+(``hlgt.metrics.MODEL_PARTS``) and the activation scales (``hlgt.metrics.ACTIVATIONS``), then the
 curves side by side. ``--out DIR`` keeps each arm's run folder and writes ``curve.json`` and
 ``curve.md``. A measurement, not a test.
 """
@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
@@ -111,8 +111,8 @@ def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_
 
 def curve_table(histories: dict[str, list[dict]]) -> str:
     """Markdown: one row per epoch and arm."""
-    parts = [p for p in C.MODEL_PARTS if any(C.grad_norm_metric(p) in m for h in histories.values() for m in h)]
-    acts = [a for a in C.ACTIVATIONS if any(C.scale_metric(a) in m for h in histories.values() for m in h)]
+    parts = [p for p in M.MODEL_PARTS if any(M.grad_norm_metric(p) in m for h in histories.values() for m in h)]
+    acts = [a for a in M.ACTIVATIONS if any(M.scale_metric(a) in m for h in histories.values() for m in h)]
     head = (["epoch", "arm", "val value acc", "val tree loss", "tree loss", "com loss", "grad norm max"]
             + [f"∇ {p}" for p in parts] + [f"std {a}" for a in acts])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -122,11 +122,11 @@ def curve_table(histories: dict[str, list[dict]]) -> str:
             if e >= len(history):
                 continue
             m = history[e]
-            cells = [str(m[C.EPOCH]), arm, f"{100 * m[C.VAL_VALUE_ACC]:.1f}", f"{m.get(C.VAL_TREE_LOSS, float('nan')):.3f}",
-                     f"{m[C.TRAIN_TREE_LOSS]:.3f}",
-                     f"{m[C.TRAIN_COM_LOSS]:.3f}", f"{m[C.TRAIN_GRAD_NORM_MAX]:.3g}"]
-            cells += [f"{m[C.grad_norm_metric(p)]:.3g}" if C.grad_norm_metric(p) in m else "–" for p in parts]
-            cells += [f"{m[C.scale_metric(a)]:.3g}" if C.scale_metric(a) in m else "–" for a in acts]
+            cells = [str(m[M.EPOCH]), arm, f"{100 * m[M.VAL_VALUE_ACC]:.1f}", f"{m.get(M.VAL_TREE_LOSS, float('nan')):.3f}",
+                     f"{m[M.TRAIN_TREE_LOSS]:.3f}",
+                     f"{m[M.TRAIN_COM_LOSS]:.3f}", f"{m[M.TRAIN_GRAD_NORM_MAX]:.3g}"]
+            cells += [f"{m[M.grad_norm_metric(p)]:.3g}" if M.grad_norm_metric(p) in m else "–" for p in parts]
+            cells += [f"{m[M.scale_metric(a)]:.3g}" if M.scale_metric(a) in m else "–" for a in acts]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -136,7 +136,7 @@ def curves_side_by_side(histories: dict[str, list[dict]]) -> str:
     arms = list(histories)
     lines = ["| epoch | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
     for e in range(max(len(h) for h in histories.values())):
-        cells = [f"{100 * h[e][C.VAL_VALUE_ACC]:.1f}" if e < len(h) else "–" for h in histories.values()]
+        cells = [f"{100 * h[e][M.VAL_VALUE_ACC]:.1f}" if e < len(h) else "–" for h in histories.values()]
         lines.append(f"| {e + 1} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

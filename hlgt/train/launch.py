@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config, is_uri
 from hlgt.train import loop, tracking
 
@@ -185,7 +186,7 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
             name=name,
             storage_path=storage,
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=C.VAL_VALUE_ACC,
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=M.VAL_VALUE_ACC,
                                                          checkpoint_score_order="max"),
             callbacks=callbacks or [],
         ),

@@ -48,7 +48,7 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.data.shards import load_rows, load_vocab
@@ -65,7 +65,7 @@ RESULTS_FILE = "results.json"
 OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.jsonl",
            "numbers_valid.md", "numbers_valid.csv", "numbers_test.md", "numbers_test.csv")
 
-SPLIT_METRICS = {"valid": (C.VAL_VALUE_ACC, C.VAL_EQUATION_ACC), "test": (C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC)}
+SPLIT_METRICS = {"valid": (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC), "test": (M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC)}
 
 Report = Callable[[dict, "Path | None"], None]
 OPTIMIZER_STEP = "hlgt::optimizer_step"  # the optimizer's part of a step, labelled for torch.profiler (bench)
@@ -125,7 +125,7 @@ def make_optimizer(cfg: Config, model: nn.Module):
 
 
 def _fresh_state() -> dict:
-    return {"epoch": 0, "best_epoch": 0, "best": {C.VAL_VALUE_ACC: -1.0, C.VAL_EQUATION_ACC: 0.0},
+    return {"epoch": 0, "best_epoch": 0, "best": {M.VAL_VALUE_ACC: -1.0, M.VAL_EQUATION_ACC: 0.0},
             "last_val": {}, "history": [], "finished": False, "starts": [0]}
 
 
@@ -221,7 +221,7 @@ class LocalReporter:
         if not path.exists():
             return
         lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-                 if line.strip() and json.loads(line).get(C.EPOCH, 0) <= epoch]
+                 if line.strip() and json.loads(line).get(M.EPOCH, 0) <= epoch]
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
     def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
@@ -286,10 +286,10 @@ class EpochStats:
 
     def norms_and_scales(self) -> dict[str, float]:
         norm_max = self.norm_max.tolist()
-        metrics = {C.TRAIN_GRAD_NORM_MAX: norm_max[0],
-                   **{C.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
+        metrics = {M.TRAIN_GRAD_NORM_MAX: norm_max[0],
+                   **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
         for name, total in self.scales.items():
-            metrics[C.scale_metric(name)] = float(total) / max(self.batches, 1)
+            metrics[M.scale_metric(name)] = float(total) / max(self.batches, 1)
         return metrics
 
 
@@ -323,13 +323,13 @@ def epoch_batches(rows: list[dict], vocab, cfg: Config, epoch: int) -> Iterable:
 
 
 def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
-    val = (f" | val value {100 * m[C.VAL_VALUE_ACC]:.1f}% eq {100 * m[C.VAL_EQUATION_ACC]:.1f}%"
-           + (f" tree loss {m[C.VAL_TREE_LOSS]:.4f}" if C.VAL_TREE_LOSS in m else "") if evaluated else "")
-    parts = " ".join(f"{p} {m[C.grad_norm_metric(p)]:.3g}" for p in C.MODEL_PARTS if C.grad_norm_metric(p) in m)
-    scales = " ".join(f"{a} {m[C.scale_metric(a)]:.3g}" for a in C.ACTIVATIONS if C.scale_metric(a) in m)
-    return (f"epoch {epoch}/{epochs} | loss {m[C.TRAIN_LOSS]:.4f} (tree {m[C.TRAIN_TREE_LOSS]:.4f} "
-            f"com {m[C.TRAIN_COM_LOSS]:.4f}) | grad norm max {m[C.TRAIN_GRAD_NORM_MAX]:.3g} | lr {m[C.LR]:.2e} | "
-            f"{m[C.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
+    val = (f" | val value {100 * m[M.VAL_VALUE_ACC]:.1f}% eq {100 * m[M.VAL_EQUATION_ACC]:.1f}%"
+           + (f" tree loss {m[M.VAL_TREE_LOSS]:.4f}" if M.VAL_TREE_LOSS in m else "") if evaluated else "")
+    parts = " ".join(f"{p} {m[M.grad_norm_metric(p)]:.3g}" for p in M.MODEL_PARTS if M.grad_norm_metric(p) in m)
+    scales = " ".join(f"{a} {m[M.scale_metric(a)]:.3g}" for a in M.ACTIVATIONS if M.scale_metric(a) in m)
+    return (f"epoch {epoch}/{epochs} | loss {m[M.TRAIN_LOSS]:.4f} (tree {m[M.TRAIN_TREE_LOSS]:.4f} "
+            f"com {m[M.TRAIN_COM_LOSS]:.4f}) | grad norm max {m[M.TRAIN_GRAD_NORM_MAX]:.3g} | lr {m[M.LR]:.2e} | "
+            f"{m[M.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
             f"{val} | {seconds:.1f}s\n"
             f"    grad norm max by part: {parts} | activation scale: {scales}")
 
@@ -526,9 +526,9 @@ class Trainer:
             self._keep_if_best(epoch, valid)
         # Every report carries validation metrics (the latest evaluation; 0 before the first or
         # without a validation split) so that schedulers and checkpoint ranking always find them.
-        metrics.update(self.state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
+        metrics.update(self.state["last_val"] or {M.VAL_VALUE_ACC: 0.0, M.VAL_EQUATION_ACC: 0.0})
         if val_loss is not None:
-            metrics[C.VAL_TREE_LOSS] = val_loss
+            metrics[M.VAL_TREE_LOSS] = val_loss
         return evaluated and valid is not None
 
     def _keep_if_best(self, epoch: int, valid) -> None:
@@ -538,8 +538,8 @@ class Trainer:
             self.state["last_val"] = {}
             improved = True
         else:
-            self.state["last_val"] = {C.VAL_VALUE_ACC: valid.value_acc, C.VAL_EQUATION_ACC: valid.equation_acc}
-            improved = valid.value_acc > self.state["best"][C.VAL_VALUE_ACC]
+            self.state["last_val"] = {M.VAL_VALUE_ACC: valid.value_acc, M.VAL_EQUATION_ACC: valid.equation_acc}
+            improved = valid.value_acc > self.state["best"][M.VAL_VALUE_ACC]
         if improved:
             self.state["best"] = dict(self.state["last_val"])
             self.state["best_epoch"] = epoch
@@ -597,14 +597,14 @@ class Trainer:
         is never used for selection; rank 0 reports the results with a final checkpoint that holds
         the outputs, the other ranks report the last epoch. Returns the results (rank 0)."""
         if not self.main:
-            report({C.EPOCH: self.state["epoch"]}, None)
+            report({M.EPOCH: self.state["epoch"]}, None)
             return {}
         best = copy.deepcopy(self.solver)
         best.load_state_dict(self.best_weights)
         with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
             self.state["finished"] = True
             self._write_checkpoint(Path(tmp))
-            final = {C.EPOCH: self.state["epoch"], C.BEST_EPOCH: self.state["best_epoch"], **self.state["best"]}
+            final = {M.EPOCH: self.state["epoch"], M.BEST_EPOCH: self.state["best_epoch"], **self.state["best"]}
             for split in ("valid", "test") if evaluate_test else ("valid",):
                 final.update(self._final_evaluation(split, best, tmp, tracker))
             (Path(tmp) / RESULTS_FILE).write_text(json.dumps(final, indent=1), encoding="utf-8")
@@ -635,7 +635,7 @@ def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, st
     loss = float(sums[0] / sums[3])
     if not math.isfinite(loss):
         raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
-    return {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
-            C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
-            C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
+    return {M.EPOCH: epoch, M.TRAIN_LOSS: loss, M.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
+            M.TRAIN_COM_LOSS: float(sums[2] / sums[3]), M.LR: lr,
+            M.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
             **stats.norms_and_scales()}  # norms equal on every rank: gradients are all-reduced
