@@ -44,7 +44,7 @@ def test_ablation_arms_are_checked_in_one_place():
         C.ablation_arms("gts,nope")
 
 
-@pytest.mark.parametrize("module", ["hlgt.train.__main__", "hlgt.train.bench", "hlgt.train.curve"])
+@pytest.mark.parametrize("module", ["hlgt.train.__main__", "hlgt.commands.bench", "hlgt.commands.curve"])
 @pytest.mark.parametrize("flag", ["--ablation", "old name"])
 def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     import importlib

@@ -6,7 +6,7 @@ import pytest
 
 from hlgt import config as C
 from hlgt import metrics as M
-from hlgt.train.curve import main, parse_arms
+from hlgt.commands.curve import main, parse_arms
 
 TINY = ["--dataset", "sample", "--limit", "40", "--val-limit", "6", "--epochs", "2", "--threads", "1",
         "--set", "model.hidden_size=16", "--set", "model.embedding_size=8", "--set", "model.heads=2",
