@@ -10,6 +10,7 @@ datasets' paper settings, and says where runs are stored (``$HLGT_STORAGE``, loc
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,17 +55,6 @@ def filesystem(root: str):
     return pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
 
 
-def delete_folder(root: str) -> bool:
-    """Remove the folder ``root`` (a local path or a URI Ray's storage takes); False if none."""
-    import pyarrow.fs
-
-    fs, path = filesystem(root)
-    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
-        return False
-    fs.delete_dir(path)
-    return True
-
-
 # Folders and files on this machine, made absolute where a command builds its config (from its
 # working directory), so that a saved run config means the same place from any other directory.
 LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.word_vectors")
@@ -72,6 +62,12 @@ LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.w
 # MAWPS is cross-validated over 5 folds, cut by one of three schemes (their files: hlgt.data.splits).
 MAWPS_N_FOLDS = 5
 MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree", "graph2tree-1921")
+# Bounds of the model's sizes, far beyond any trained here (the paper's: 128 / 512 / 2 / 5 / 45):
+# a hand-edited 1e11 is refused when the config is made, not when torch tries to allocate it.
+MAX_WIDTH = 16_384
+MAX_LAYERS = 64
+MAX_BEAM = 256
+MAX_OUTPUT_LEN = 1_024
 
 
 @dataclass
@@ -173,26 +169,34 @@ class Config:
         m, t, d = self.model, self.train, self.data
         mawps = d.dataset == "mawps"
         rules = [
-            ("data.fold", not mawps or 0 <= d.fold < MAWPS_N_FOLDS, f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS"),
+            ("data.fold", 0 <= d.fold < MAWPS_N_FOLDS if mawps else d.fold == 0,
+             f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS" if mawps
+             else f"must be 0: {d.dataset} has no folds (MAWPS alone is cross-validated)"),
             ("data.mawps_folds", not mawps or d.mawps_folds in MAWPS_FOLD_SCHEMES,
              f"must be one of {', '.join(MAWPS_FOLD_SCHEMES)}"),
             ("data.mawps_valid", mawps or d.mawps_valid, "can be false only for MAWPS (the other datasets' validation is a file)"),
-            ("model.hidden_size", m.hidden_size >= 1, "must be >= 1"),
-            ("model.embedding_size", m.embedding_size >= 1, "must be >= 1"),
+            ("model.hidden_size", 1 <= m.hidden_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
+            ("model.embedding_size", 1 <= m.embedding_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
             ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,
              f"must be >= 1 and divide model.hidden_size ({m.hidden_size})"),
-            ("model.layers", m.layers >= 1, "must be >= 1"),
+            ("model.layers", 1 <= m.layers <= MAX_LAYERS, f"must lie in 1..{MAX_LAYERS}"),
             ("model.dropout", 0.0 <= m.dropout < 1.0, "must lie in [0, 1)"),
-            ("model.beta_com", m.beta_com >= 0.0, "must be >= 0"),
-            ("model.beam_size", m.beam_size >= 1, "must be >= 1"),
-            ("model.max_output_len", m.max_output_len >= 1, "must be >= 1"),
+            ("model.beta_com", math.isfinite(m.beta_com) and m.beta_com >= 0.0, "must be a finite number >= 0"),
+            ("model.beam_size", 1 <= m.beam_size <= MAX_BEAM, f"must lie in 1..{MAX_BEAM}"),
+            ("model.max_output_len", 1 <= m.max_output_len <= MAX_OUTPUT_LEN, f"must lie in 1..{MAX_OUTPUT_LEN}"),
             ("train.epochs", t.epochs >= 1, "must be >= 1"),
+            ("train.max_minutes", math.isfinite(t.max_minutes) and t.max_minutes >= 0.0,
+             "must be a finite number >= 0 (0: no time budget)"),
             ("train.batch_size", t.batch_size >= 1, "must be >= 1"),
-            ("train.lr", t.lr >= 0.0, "must be >= 0"),
+            ("train.lr", math.isfinite(t.lr) and t.lr > 0.0, "must be a finite number > 0"),
+            ("train.weight_decay", math.isfinite(t.weight_decay) and t.weight_decay >= 0.0,
+             "must be a finite number >= 0"),
             ("train.lr_step", t.lr_step >= 1, "must be >= 1"),
+            ("train.lr_gamma", math.isfinite(t.lr_gamma) and t.lr_gamma > 0.0, "must be a finite number > 0"),
             ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
             ("train.workers", t.workers >= 1, "must be >= 1"),
-            ("train.grad_clip", t.grad_clip >= 0.0, "must be >= 0 (0: no clipping)"),
+            ("train.grad_clip", math.isfinite(t.grad_clip) and t.grad_clip >= 0.0,
+             "must be a finite number >= 0 (0: no clipping)"),
             # The HGT and RGAT baselines' layers are not checked on padded graphs; replaying a step
             # bypasses data parallelism's wrapper.
             ("train.cuda_graphs", not t.cuda_graphs or (m.encoder in ("hlgt", "none") and t.workers == 1),

@@ -10,8 +10,10 @@ number one token; Chinese numerals are words unless the text has no number) →
 ``extract_quantities`` (a text without quantities is refused with a message) → the model's configured annotator (or
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer. A ``--file`` of problems is
-prepared line by line (a bad line gets an error entry, the others go on) and decoded in batches
-by the evaluation decoder, with progress.
+read a line at a time and solved ``SOLVE_CHUNK`` lines at a time, in bounded memory: each line is
+prepared on its own (a bad line gets an error entry naming its file and line, the others go on; a
+repeated id is made unique, with a note) and decoded in batches by the evaluation decoder, with
+progress; the answers file replaces ``--out`` whole once every line is answered.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
 ``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
@@ -22,26 +24,30 @@ of problems and the command.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from hlgt.cli import Progress, positive_int
 from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
-from hlgt.data.problems import guess_lang
+from hlgt.data.problems import MAX_NOTES, UniqueIds, guess_lang, unreadable
 from hlgt.data.splits import LANGS
 from hlgt.data.schema import to_row
 from hlgt.data.srl import make_annotator
 from hlgt.data.text import tokenize
 from hlgt.expr import ExprError, eval_prefix
+from hlgt.files import replacing
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
 MAX_TEXT_CHARS = 20 * MAX_TOKENS
+SOLVE_CHUNK = 1024  # lines of a --file prepared and decoded at a time: its memory, whatever the file's size
 
 
 @dataclass(frozen=True)
@@ -128,29 +134,58 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
     return solve_rows(solver, flat, [row], beam_size)[0]
 
 
-def read_requests(path: str | Path) -> list[tuple[str, str | None, str | None]]:
-    """A ``--file``'s lines as (id, text, error): JSON objects with ``text`` and an optional ``id``
-    (default: the line number); a line that is not such an object gets an error, blank lines none."""
+@dataclass(frozen=True)
+class Request:
+    """One line of a ``--file``: where it is (``FILE:LINE``), the problem's id and text, or why it
+    cannot be solved."""
+    where: str
+    id: str
+    text: str | None
+    error: str | None
+
+
+def read_requests(path: str | Path, notes: list[str] | None = None) -> Iterator[Request]:
+    """A ``--file``'s lines as requests, read one at a time (on ``\n`` only: a raw U+2028 inside a
+    string is no line break): JSON objects with ``text`` and an optional ``id`` (a string or a
+    number; default: the line number). A line that is not such an object gets an error naming the
+    file and line, blank lines nothing; a repeated id is made unique, with a note in ``notes``. The
+    file is checked now: one whose first line is not UTF-8 text is no JSON Lines file at all."""
+    path = Path(path)
+    with path.open("rb") as f:
+        first = next((line for line in f if line.strip()), b"").removeprefix(b"\xef\xbb\xbf")
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")  # not splitlines: JSON strings may hold U+2028
+        first.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start}); --file takes "
                          "JSON Lines") from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            out.append((str(number), None, f"line {number} is not JSON ({e.msg})"))
-            continue
-        pid = str(record.get("id", number)) if isinstance(record, dict) else str(number)
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            out.append((pid, None, f"line {number} is not an object with a \"text\" string"))
-            continue
-        out.append((pid, record["text"], None))
-    return out
+    return _requests(path, notes if notes is not None else [])
+
+
+def _requests(path: Path, notes: list[str]) -> Iterator[Request]:
+    ids = UniqueIds()
+    with path.open("rb") as f:  # a binary file's lines end at b"\n" alone
+        for number, raw in enumerate(f, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.removesuffix(b"\n").decode("utf-8").removeprefix("\ufeff" if number == 1 else "")
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                yield Request(where, ids.take(str(number)), None, f"{where}: not JSON ({unreadable(e).detail})")
+                continue
+            pid = record.get("id", number) if isinstance(record, dict) else number
+            if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+                yield Request(where, ids.take(str(number)), None,
+                              f"{where}: \"id\" is {json.dumps(pid)[:40]}: give a string or a number, or no id")
+                continue
+            unique = ids.take(str(pid))
+            if unique != str(pid):
+                notes.append(f"{where}: id {str(pid)!r} repeats an earlier line's: answered as {unique!r}")
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                yield Request(where, unique, None, f"{where}: not an object with a \"text\" string")
+                continue
+            yield Request(where, unique, record["text"], None)
 
 
 def check_out(in_path: str | Path, out_path: str | Path) -> None:
@@ -167,40 +202,56 @@ def check_out(in_path: str | Path, out_path: str | Path) -> None:
         raise PermissionError(f"--out {out_path}: the folder {out.parent} is not writable")
 
 
-def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path, lang: str | None = None,
-               annotator: str | None = None, beam_size: int | None = None) -> tuple[int, int]:
-    """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
-    order: id, equation and answer, or id and error); returns (solved, errors)."""
-    from hlgt.inference import format_answer, load_model
+def solve_requests(solver, flat: dict, requests: list[Request], annotator, lang: str | None,
+                   beam_size: int | None = None) -> list[dict]:
+    """The answer entries of some requests, in their order: id, equation and answer, or id and error."""
+    from hlgt.inference import format_answer
 
-    check_out(in_path, out_path)
-    requests = read_requests(in_path)
-    solver, flat = load_model(model_dir)
-    annotate = model_annotator(flat, annotator)
-    lang = lang or model_lang(flat)
     results: list[dict] = []
     rows, slots = [], []
-    for pid, text, error in requests:
+    for request in requests:
+        error = request.error
         if error is None:
             try:
-                rows.append(problem_row(text, lang, annotate))
+                rows.append(problem_row(request.text, lang, annotator))
                 slots.append(len(results))
-            except ValueError as e:
-                error = str(e)
-        results.append({"id": pid, "error": error} if error else {"id": pid})
-    progress = Progress(len(rows), "solve") if rows else None
-    for slot, s in zip(slots, solve_rows(solver, flat, rows, beam_size, progress.update if progress else None)):
+            except Exception as e:  # one bad line must not end a file of 100,000
+                error = f"{request.where}: {e if isinstance(e, ValueError) else f'{type(e).__name__}: {e}'}"
+        results.append({"id": request.id, "error": error} if error else {"id": request.id})
+    for slot, s in zip(slots, solve_rows(solver, flat, rows, beam_size) if rows else []):
         results[slot].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
         if s.not_read:
             results[slot]["not_read"] = s.not_read
         if s.error is not None:
             results[slot]["error"] = f"the equation does not evaluate: {s.error}"
-    out_path = Path(out_path)
-    tmp = out_path.with_name(out_path.name + ".partial")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
-    tmp.replace(out_path)
-    errors = sum("error" in r for r in results)
-    return len(results) - errors, errors
+    return results
+
+
+def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path, lang: str | None = None,
+               annotator: str | None = None, beam_size: int | None = None,
+               notes: list[str] | None = None) -> tuple[int, int]:
+    """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
+    order: id, equation and answer, or id and error), ``SOLVE_CHUNK`` lines at a time, so that a
+    file of any size is solved in bounded memory; ``out_path`` is replaced when all are written.
+    Returns (solved, errors); notes about lines go to ``notes``."""
+    from hlgt.inference import load_model
+
+    check_out(in_path, out_path)
+    requests = read_requests(in_path, notes)
+    solver, flat = load_model(model_dir)
+    annotate = model_annotator(flat, annotator)
+    getattr(annotate, "load", lambda: None)()  # a model that cannot load fails once, before any line
+    lang = lang or model_lang(flat)
+    progress, done, errors = Progress(None, "solve"), 0, 0
+    with replacing(out_path) as out:
+        while chunk := list(itertools.islice(requests, SOLVE_CHUNK)):
+            for result in solve_requests(solver, flat, chunk, annotate, lang, beam_size):
+                out.write(json.dumps(result, ensure_ascii=False) + "\n")
+                errors += "error" in result
+            done += len(chunk)
+            progress.update(done)
+    progress.end()
+    return done - errors, errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,9 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.text and not (args.file and args.out):
         p.error("give a problem text, or --file FILE with --out FILE")
     if args.file:
+        notes: list[str] = []
         solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,
-                                    beam_size=args.beam_size)
+                                    beam_size=args.beam_size, notes=notes)
         print(f"[solve] {solved} solved, {errors} with an error -> {args.out}")
+        for note in notes[:MAX_NOTES]:
+            print(f"[solve] note: {note}")
+        if len(notes) > MAX_NOTES:
+            print(f"[solve] note: {len(notes) - MAX_NOTES} more repeated ids made unique")
         return 0
     from hlgt.inference import format_answer  # after parsing: see solve_text
 

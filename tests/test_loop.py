@@ -294,9 +294,9 @@ def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):
     with pytest.raises(FileNotFoundError):
         read_word_vectors(tmp_path / "none.txt", vocab, 8)
 
-    # lr 0: the trained embedding is still the loaded one.
+    # lr 1e-30 (a learning rate must be > 0): the trained embedding is still the loaded one.
     run = tmp_path / "run"
-    loop.train(tiny(**{"train.word_vectors": str(vectors), "train.lr": 0.0, "train.epochs": 1}), shards, run_dir=run)
+    loop.train(tiny(**{"train.word_vectors": str(vectors), "train.lr": 1e-30, "train.epochs": 1}), shards, run_dir=run)
     weight = Solver.load(run / "best").encoder.embedding.weight
     for i, w in enumerate(words):
         assert weight[vocab.word_id(w)].tolist() == pytest.approx([i + 0.5 * k for k in range(8)])
@@ -344,3 +344,37 @@ def test_epoch_stats_norms_are_each_parts_and_the_whole_models():
     torch.testing.assert_close(total, get([a.grad, b.grad, c.grad]))
     torch.testing.assert_close(stats.norm_max, torch.stack([total, get([a.grad, b.grad]), get([c.grad]),
                                                             torch.tensor(0.0)]))
+
+
+@pytest.mark.parametrize("name", [".", "..", "../victim", "a/b", "/abs/run", ""])
+def test_a_name_that_is_no_folder_name_is_refused_before_anything_is_removed(shards, tmp_path, name):
+    storage = tmp_path / "runs"
+    (storage / "other-run").mkdir(parents=True)
+    (storage / "other-run" / "keep.txt").write_text("another run's")
+    (tmp_path / "victim").mkdir()
+    with pytest.raises(ValueError, match="is not a folder name"):
+        _command(shards, storage, "--name", name, "--fresh")
+    assert (storage / "other-run" / "keep.txt").exists() and (tmp_path / "victim").is_dir()
+
+
+def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, capsys):
+    mine = tmp_path / "runs" / "mine"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("not a run")
+    with pytest.raises(ValueError, match=rf"--fresh removes only a run folder the project made, and {mine} has no "
+                                         rf"\.hlgt-folder file .* remove it by hand \(rm -r {mine}\)"):
+        _command(shards, tmp_path / "runs", "--name", "mine", "--fresh", "--set", "train.epochs=1")
+    assert (mine / "notes.txt").exists()
+    assert _command(shards, tmp_path / "runs", "--name", "ours", "--set", "train.epochs=1") == 0
+    assert _command(shards, tmp_path / "runs", "--name", "ours", "--fresh", "--set", "train.epochs=1") == 0
+    assert "--fresh: removed" in capsys.readouterr().out
+
+
+def test_a_torn_last_metrics_line_is_dropped_with_a_warning_naming_the_file(tmp_path, capsys):
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [json.dumps({M.EPOCH: e, M.TRAIN_LOSS: 1.0 / e}) for e in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + '\n{"epoch": 4, "train/lo', encoding="utf-8")  # killed
+    loop.LocalReporter(run).restart(2)
+    assert _logged_epochs(run) == [1, 2]
+    assert f"{run / 'metrics.jsonl'} line 4 is not a metrics record" in capsys.readouterr().out

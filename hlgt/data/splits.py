@@ -132,6 +132,7 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
             result.problems += part.problems
             result.skipped += part.skipped
             result.records += part.records
+            result.notes += part.notes
         return result
     whole = read_problems(paths[0], lang=LANGS[dataset])
     if dataset != "mawps":
@@ -139,10 +140,11 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     by_split = mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
     ids = set(by_split[split])
     problems = [p for p in whole.problems if p.id in ids]
-    skipped = collections.Counter()
+    skipped, notes = collections.Counter(), []
     if split == "train":
         skipped = whole.skipped + collections.Counter({OUTSIDE_THE_FOLDS: len(by_split["outside"])})
-    return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()))
+        notes = whole.notes
+    return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()), notes=notes)
 
 
 def load_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0) -> list[Problem]:

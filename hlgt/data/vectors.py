@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from hlgt.data.schema import example_from_row
 from hlgt.data.shards import load_rows
 from hlgt.data.vocab import NUM, PAD, UNK, words_read
+from hlgt.files import replacing
 
 
 def corpus(shards_dir: str | Path) -> list[list[str]]:
@@ -105,15 +106,13 @@ def train_vectors(sentences: list[list[str]], dim: int = 128, window: int = 5, n
 
 
 def write_vectors(vectors: dict[str, list[float]], path: str | Path) -> None:
-    """word2vec text format, written to a temporary name and renamed (never a half-written file)."""
-    path = Path(path)
+    """word2vec text format, replacing ``path`` whole (``hlgt.files.replacing``: never a
+    half-written file)."""
     dim = len(next(iter(vectors.values())))
-    tmp = path.with_name(path.name + ".partial")
-    with tmp.open("w", encoding="utf-8") as f:
+    with replacing(path) as f:
         f.write(f"{len(vectors)} {dim}\n")
         for word, vec in vectors.items():
             f.write(word + " " + " ".join(f"{x:.5f}" for x in vec) + "\n")
-    tmp.replace(path)
 
 
 if __name__ == "__main__":  # python -m hlgt.data.vectors: the command hlgt-vectors

@@ -53,6 +53,7 @@ from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
+from hlgt.files import write_text
 from hlgt.inference import predict
 from hlgt.model.solver import Solver
 from hlgt.train import cuda_graphs
@@ -194,6 +195,15 @@ def publish(checkpoint_dir: Path, run_dir: Path) -> None:
             shutil.copy2(src, dst)
 
 
+def _metrics_record(line: bytes) -> dict | None:
+    """One line of ``metrics.jsonl`` as its record, or None when it is blank or no record."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reading
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class LocalReporter:
     """The single-process ``report``: keeps the latest checkpoint in ``run_dir/checkpoint``
     (swapped in whole, so a kill mid-copy leaves the previous one), appends metrics to
@@ -220,9 +230,14 @@ class LocalReporter:
         path = self.run_dir / "metrics.jsonl"
         if not path.exists():
             return
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-                 if line.strip() and json.loads(line).get(M.EPOCH, 0) <= epoch]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        kept = []
+        for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+            record = _metrics_record(line)
+            if record is None and line.strip():  # a kill mid-append tears the last line
+                print(f"[train] {path} line {number} is not a metrics record (cut short?): dropped", flush=True)
+            elif record is not None and record.get(M.EPOCH, 0) <= epoch:
+                kept.append(line.decode("utf-8") + "\n")
+        write_text(path, "".join(kept))
 
     def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
