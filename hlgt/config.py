@@ -5,7 +5,7 @@ the code speaks ``Config``. ``Config.from_flat`` rejects unknown keys and coerce
 typo in a sweep file fails at once instead of silently training the default.
 
 This module also names the ablation arms (each a flat override of the same code) and the
-datasets' paper settings, and says where runs are stored (``$HLGT_STORAGE``, local paths or URIs).
+datasets' paper settings (where runs are stored: ``hlgt.storage``).
 """
 from __future__ import annotations
 
@@ -13,46 +13,14 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from hlgt.storage import is_uri, storage_path
 
 
 def default_data_dir() -> str:
     """Where real benchmark files live: ``$HLGT_DATA_DIR``, else ``../shared/datasets``."""
     return os.environ.get("HLGT_DATA_DIR", os.path.join("..", "shared", "datasets"))
-
-
-def shared_storage() -> str:
-    """The shared storage root ``$HLGT_STORAGE`` (an S3 URI or an NFS path on a cluster), without a
-    trailing slash; ``""`` when unset. The one place the variable is read."""
-    return os.environ.get("HLGT_STORAGE", "").rstrip("/")
-
-
-def is_uri(path: str | os.PathLike) -> bool:
-    """A remote location (``s3://bucket/...``) rather than a path on this machine's filesystem."""
-    return "://" in str(path)
-
-
-def storage_path(*parts: str) -> str:
-    """A path under the shared storage root, else under the working directory: shards,
-    checkpoints and Tune results all live there."""
-    root = shared_storage()
-    return "/".join([root, *parts]) if root else os.path.join(*parts)
-
-
-def storage_root(explicit: str | None, local_default: str, under: str) -> str:
-    """Where a command keeps its runs: ``explicit``, else ``<shared storage>/<under>``, else
-    ``local_default``; a local path is made absolute (Ray's workers run elsewhere)."""
-    root = explicit or (storage_path(under) if shared_storage() else local_default)
-    return root if is_uri(root) else str(Path(root).resolve())
-
-
-def filesystem(root: str):
-    """The pyarrow filesystem of ``root`` (a local path or a URI Ray's storage takes) and the path
-    of ``root`` in it."""
-    import pyarrow.fs
-
-    return pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
 
 
 # Folders and files on this machine, made absolute where a command builds its config (from its

@@ -43,7 +43,7 @@ from hlgt.data.schema import to_row
 from hlgt.data.srl import make_annotator
 from hlgt.data.text import tokenize
 from hlgt.expr import ExprError, eval_prefix
-from hlgt.files import replacing
+from hlgt.storage import replacing
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
 MAX_TEXT_CHARS = 20 * MAX_TOKENS

@@ -6,21 +6,22 @@ from pathlib import Path
 import pytest
 
 from hlgt import config as C
+from hlgt import storage
 from hlgt.ray_session import ray_address
 
 
 def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
     monkeypatch.delenv("HLGT_STORAGE", raising=False)
-    assert C.shared_storage() == "" and C.storage_path("runs") == "runs"
-    assert C.storage_root(None, "runs/sweeps", "sweeps") == str((Path.cwd() / "runs" / "sweeps").resolve())
-    assert C.storage_root(str(tmp_path), "runs", "runs") == str(tmp_path)
+    assert storage.shared_storage() == "" and storage.storage_path("runs") == "runs"
+    assert storage.storage_root(None, "runs/sweeps", "sweeps") == str((Path.cwd() / "runs" / "sweeps").resolve())
+    assert storage.storage_root(str(tmp_path), "runs", "runs") == str(tmp_path)
     monkeypatch.setenv("HLGT_STORAGE", "s3://bucket/hlgt/")
-    assert C.shared_storage() == "s3://bucket/hlgt"
-    assert C.storage_path("datasets", "processed") == "s3://bucket/hlgt/datasets/processed"
-    assert C.storage_root(None, "runs", "sweeps") == "s3://bucket/hlgt/sweeps"
+    assert storage.shared_storage() == "s3://bucket/hlgt"
+    assert storage.storage_path("datasets", "processed") == "s3://bucket/hlgt/datasets/processed"
+    assert storage.storage_root(None, "runs", "sweeps") == "s3://bucket/hlgt/sweeps"
     assert C.Config().train.out_dir == "s3://bucket/hlgt/runs"
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
-    assert C.storage_root(None, "elsewhere", "runs") == str(tmp_path / "runs")
+    assert storage.storage_root(None, "elsewhere", "runs") == str(tmp_path / "runs")
 
 
 def test_a_command_runs_its_own_ray_unless_given_one(monkeypatch):
@@ -32,8 +33,8 @@ def test_a_command_runs_its_own_ray_unless_given_one(monkeypatch):
 
 
 def test_is_uri():
-    assert C.is_uri("s3://bucket/x") and C.is_uri("gs://b")
-    assert not C.is_uri("/mnt/nfs/hlgt") and not C.is_uri("runs/sweeps")
+    assert storage.is_uri("s3://bucket/x") and storage.is_uri("gs://b")
+    assert not storage.is_uri("/mnt/nfs/hlgt") and not storage.is_uri("runs/sweeps")
 
 
 def test_ablation_arms_are_checked_in_one_place():

@@ -19,7 +19,7 @@ reference unless ``--no-reference``. Each arm is its own Tune experiment (``<sto
 fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
 kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead (it
-removes a sweep folder only when the project made it, ``hlgt.files``). These stop before Ray
+removes a sweep folder only when the project made it, ``hlgt.storage``). These stop before Ray
 starts and say so: a ``--name`` that is not one folder name, a plan of more than ``--max-trials``
 trials (configurations x arms x replicates, counted before any is drawn), a re-run of other
 settings (other arms, configurations, replicates, scheduler or config keys, but where files go and
@@ -56,9 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from hlgt.cli import non_negative_int, positive_float, positive_int
-from hlgt.config import (ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, is_uri,
-                         parse_overrides, storage_root)
-from hlgt.files import check_name
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, parse_overrides
+from hlgt.storage import check_name, is_uri, storage_root
 from hlgt.sweep.experiments import run
 from hlgt.sweep.plan import (Plan, build_shards, check_removable, check_same_sweep, check_saved_weights, check_trials,
                              remove_earlier, save_settings, sole_sweep)

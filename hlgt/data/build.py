@@ -25,7 +25,7 @@ same key reuses the shards ("reusing ..."); a different key rebuilds everything 
 ``--force`` always rebuilds (a damaged manifest is named, and ``--force`` rebuilds it too). Splits
 are reused or built one by one, and the manifest is written after each split, so an interrupted
 build keeps its finished splits. A build writes only into a folder it made (its marker,
-``hlgt.files``) and replaces only its manifest and shard files: a folder holding anything else is
+``hlgt.storage``) and replaces only its manifest and shard files: a folder holding anything else is
 refused, naming what.
 
 Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, no annotator).
@@ -33,8 +33,6 @@ Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, n
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import itertools
 import json
@@ -45,14 +43,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hlgt.config import Config, DataConfig, is_uri
+from hlgt.config import Config, DataConfig
 from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
@@ -64,7 +62,7 @@ from hlgt.data.shards import MANIFEST, load_manifest, split_faults
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
 from hlgt.ray_session import start_ray
 from hlgt.data.vocab import Vocab, words_read
-from hlgt.files import MARKER, claim, folder_kind, write_text
+from hlgt.storage import MARKER, claim, exclusive, folder_kind, write_text
 
 ROWS_PER_SHARD = 4096
 SHARD_FILE = re.compile(r"part-\d{5}\.parquet")  # the only files a build writes in a split's folder
@@ -519,39 +517,6 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
 
                 ray.shutdown()
     return out
-
-
-@contextlib.contextmanager
-def exclusive(out: Path, busy: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold the lock of folder ``out`` (a lock file beside it): two commands writing the same
-    folder at once (a shard folder's partial splits, a run's checkpoints) would mix their files.
-    When another command holds it, ``busy()`` runs first (it may raise instead of waiting); by
-    default a shard build says it waits."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if busy is None:
-                print(f"[build] waiting for another command building {out}", flush=True)
-            else:
-                busy()
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def sole_writer(folder: str, busy_message: str) -> contextlib.AbstractContextManager:
-    """The lock of ``folder`` while one command writes it (a run's or a sweep's): a second command
-    is refused with ``OSError(busy_message)`` instead of mixing its files in. A folder given as a
-    URI (s3://...) has no local lock: the cluster's users keep its names apart."""
-
-    def refuse() -> None:
-        raise OSError(busy_message)
-
-    return contextlib.nullcontext() if is_uri(folder) else exclusive(Path(folder), busy=refuse)
 
 
 def _starts(prepared: Prepared, splits: list[str]) -> list[int]:

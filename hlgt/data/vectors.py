@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from hlgt.data.schema import example_from_row
 from hlgt.data.shards import load_rows
 from hlgt.data.vocab import NUM, PAD, UNK, words_read
-from hlgt.files import replacing
+from hlgt.storage import replacing
 
 
 def corpus(shards_dir: str | Path) -> list[list[str]]:
@@ -106,7 +106,7 @@ def train_vectors(sentences: list[list[str]], dim: int = 128, window: int = 5, n
 
 
 def write_vectors(vectors: dict[str, list[float]], path: str | Path) -> None:
-    """word2vec text format, replacing ``path`` whole (``hlgt.files.replacing``: never a
+    """word2vec text format, replacing ``path`` whole (``hlgt.storage.replacing``: never a
     half-written file)."""
     dim = len(next(iter(vectors.values())))
     with replacing(path) as f:

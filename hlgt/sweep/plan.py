@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlgt.config import ABLATIONS, Config, filesystem, is_uri
-from hlgt.files import check_owned, claim, remove_owned
+from hlgt.config import ABLATIONS, Config
+from hlgt.storage import check_owned, claim, filesystem, is_uri, remove_owned, sole_writer
 from hlgt.sweep.space import describe
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
@@ -112,7 +112,7 @@ def saved_weights_formats(plan: Plan) -> dict[int, str]:
 
     from hlgt.model.solver import CONFIG_FILE, WEIGHTS_FILE, stored_weights_format
 
-    fs, root = pyarrow.fs.FileSystem.from_uri(plan.root)  # a local absolute path or an S3 URI
+    fs, root = filesystem(plan.root)  # a local absolute path or an S3 URI
     files = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True, recursive=True))
     found: dict[int, str] = {}
     for f in files:
@@ -145,8 +145,6 @@ def sole_sweep(plan: Plan) -> contextlib.AbstractContextManager:
     """The lock of the sweep's folder while it runs: two sweeps of one name at once would write the
     same Tune state, checkpoints and results (and the --fresh of one would remove the other's), so
     the second is refused."""
-    from hlgt.data.build import sole_writer
-
     return sole_writer(plan.root, f"another sweep is running {plan.root}: let it finish, or give this one another --name")
 
 

@@ -20,9 +20,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlgt import config as C
 from hlgt import metrics as M
-from hlgt.config import Config, is_uri
+from hlgt import storage
+from hlgt.config import Config
 from hlgt.sweep import tables
 from hlgt.sweep.plan import Plan
 from hlgt.sweep.space import describe
@@ -58,7 +58,7 @@ def best_validation(fs, checkpoint: str | None) -> float:
 
 def outcomes(plan: Plan, arm: str, grid) -> list[TrialOutcome]:
     """What each trial of an arm's ResultGrid reached on validation, and where its checkpoint is."""
-    fs = C.filesystem(plan.storage)[0]  # Tune's checkpoint paths lie on it
+    fs = storage.filesystem(plan.storage)[0]  # Tune's checkpoint paths lie on it
     out = []
     for r in grid:
         checkpoint = (r.metrics or {}).get("checkpoint_path")
@@ -96,11 +96,11 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
 
 def _checkpoint_dir(plan: Plan, path: str):
     """A local folder for a trial's checkpoint path (downloaded when the storage is remote)."""
-    if not is_uri(plan.storage):
+    if not storage.is_uri(plan.storage):
         return contextlib.nullcontext(path)
     from ray.train import Checkpoint
 
-    return Checkpoint(path=path, filesystem=C.filesystem(plan.storage)[0]).as_directory()
+    return Checkpoint(path=path, filesystem=storage.filesystem(plan.storage)[0]).as_directory()
 
 
 def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):

@@ -10,7 +10,7 @@ one command at a time trains it, and it ends with ``best/`` (the model: ``python
 --model <run>/best "..."``), ``results.json``, the predictions files and the Table-4 tables.
 Re-running the same command (same ``--name``, a folder name) continues an interrupted run; a run
 of other settings under that name is refused (``--fresh`` starts it over, removing the run folder
-only when the project made it: ``hlgt.files``).
+only when the project made it: ``hlgt.storage``).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, is_uri, parse_overrides
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
-from hlgt.files import check_name, check_owned, claim, remove_owned
+from hlgt.storage import check_name, check_owned, claim, is_uri, remove_owned, sole_writer
 from hlgt.ray_session import start_ray
 
 
@@ -85,8 +85,6 @@ def run_name(cfg: Config, arm: str) -> str:
 def sole_trainer(run_dir: str) -> contextlib.AbstractContextManager:
     """The lock of ``run_dir`` while training: two commands training one run at once would
     interleave its checkpoints and metrics, so the second is refused."""
-    from hlgt.data.build import sole_writer
-
     return sole_writer(run_dir, f"another command is training {run_dir}: let it finish, or give this one another --name")
 
 

@@ -55,7 +55,7 @@ from hlgt.data.build import FileCounts, ensure_shards, file_chunks
 from hlgt.data.collate import collate, trainable
 from hlgt.data.shards import load_rows, use_shards
 from hlgt.expr import ExprError, eval_prefix, values_match
-from hlgt.files import replacing, write_text
+from hlgt.storage import replacing, write_text
 from hlgt.inference import infix_with_numbers, load_model, predict
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")

@@ -53,7 +53,7 @@ from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
-from hlgt.files import write_text
+from hlgt.storage import write_text
 from hlgt.inference import predict
 from hlgt.model.solver import Solver
 from hlgt.train import cuda_graphs

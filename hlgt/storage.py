@@ -1,4 +1,13 @@
-"""What a command writes and what it may delete.
+"""Where the project keeps its files, how it writes them and what it may delete.
+
+Runs, sweeps and shards live under the shared storage root ``$HLGT_STORAGE`` (an S3 URI or an
+NFS path on a cluster), else under the working directory (``storage_path``, ``storage_root``);
+folders may be local paths or URIs that pyarrow's filesystems take (``s3://...``), as Ray's
+storage is (``filesystem``).
+
+Two commands writing one local folder at once (a shard folder's splits, a run's checkpoints, a
+sweep's trials) would mix their files: a lock file beside the folder keeps them apart
+(``exclusive``: a shard build waits; ``sole_writer``: a run or a sweep is refused).
 
 A file a command writes for the user (answers, predictions, tables, a manifest) is replaced whole
 or not at all: it is written under a unique temporary name in its own folder and renamed over the
@@ -12,20 +21,51 @@ naming its kind) written when the command created the folder, and is checked for
 anything in it is removed. A folder without one (made by hand, or by a version of the project
 before the marker) is never deleted: the command says how to remove it by hand. Names typed on
 a command line (``--name``) are single folder names, never paths (``check_name``).
-
-Folders may be local paths or URIs that pyarrow's filesystems take (``s3://...``), as Ray's
-storage is.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
-from hlgt.config import filesystem
+
+def shared_storage() -> str:
+    """The shared storage root ``$HLGT_STORAGE`` (an S3 URI or an NFS path on a cluster), without a
+    trailing slash; ``""`` when unset. The one place the variable is read."""
+    return os.environ.get("HLGT_STORAGE", "").rstrip("/")
+
+
+def is_uri(path: str | os.PathLike) -> bool:
+    """A remote location (``s3://bucket/...``) rather than a path on this machine's filesystem."""
+    return "://" in str(path)
+
+
+def storage_path(*parts: str) -> str:
+    """A path under the shared storage root, else under the working directory: shards,
+    checkpoints and Tune results all live there."""
+    root = shared_storage()
+    return "/".join([root, *parts]) if root else os.path.join(*parts)
+
+
+def storage_root(explicit: str | None, local_default: str, under: str) -> str:
+    """Where a command keeps its runs: ``explicit``, else ``<shared storage>/<under>``, else
+    ``local_default``; a local path is made absolute (Ray's workers run elsewhere)."""
+    root = explicit or (storage_path(under) if shared_storage() else local_default)
+    return root if is_uri(root) else str(Path(root).resolve())
+
+
+def filesystem(root: str):
+    """The pyarrow filesystem of ``root`` (a local path or a URI Ray's storage takes) and the path
+    of ``root`` in it."""
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
+
+
 
 MARKER = ".hlgt-folder"
 KINDS = ("run", "sweep", "shards")
@@ -107,6 +147,39 @@ def remove_owned(root: str, kind: str, flag: str) -> bool:
         return False
     fs.delete_dir(path)
     return True
+
+
+@contextlib.contextmanager
+def exclusive(out: Path, busy: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the lock of folder ``out`` (a lock file beside it): two commands writing the same
+    folder at once (a shard folder's partial splits, a run's checkpoints) would mix their files.
+    When another command holds it, ``busy()`` runs first (it may raise instead of waiting); by
+    default a shard build says it waits."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if busy is None:
+                print(f"[build] waiting for another command building {out}", flush=True)
+            else:
+                busy()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def sole_writer(folder: str, busy_message: str) -> contextlib.AbstractContextManager:
+    """The lock of ``folder`` while one command writes it (a run's or a sweep's): a second command
+    is refused with ``OSError(busy_message)`` instead of mixing its files in. A folder given as a
+    URI (s3://...) has no local lock: the cluster's users keep its names apart."""
+
+    def refuse() -> None:
+        raise OSError(busy_message)
+
+    return contextlib.nullcontext() if is_uri(folder) else exclusive(Path(folder), busy=refuse)
 
 
 def _umask() -> int:
