@@ -60,13 +60,13 @@ step_probe() {
   DATASET="$DATASET" SHARDS="$SHARDS" python - > "$OUT/trials_per_gpu.txt" 2>&1 <<'PY' || status=1
 import os, torch
 from hlgt.sweep.experiments import probe_gpu_memory, trials_per_gpu
-from hlgt.sweep.plan import Plan
+from hlgt.sweep.spec import SweepSpec
 if torch.cuda.is_available():
     for graphs in (False, True):  # with train.cuda_graphs, every shape's captured graphs count
-        plan = Plan(name="probe", storage="/tmp", base={"data.dataset": os.environ["DATASET"], "train.cuda_graphs": graphs},
+        spec = SweepSpec(name="probe", storage="/tmp", base={"data.dataset": os.environ["DATASET"], "train.cuda_graphs": graphs},
                     arms=["full", "gts"], samples=[{}], replicates=[{"data.fold": 0, "train.seed": 1}],
                     shards={0: os.environ["SHARDS"]})
-        peak, total = probe_gpu_memory(plan)
+        peak, total = probe_gpu_memory(spec)
         print(f"train.cuda_graphs={graphs}: peak reserved {peak / 2**30:.2f} GiB of {total / 2**30:.1f} GiB: "
               f"{trials_per_gpu(total, peak)} trials per GPU")
 else:

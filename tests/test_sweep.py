@@ -1,4 +1,4 @@
-"""The sweep: search space sampling, the plan, the results table and chart, the command line
+"""The sweep: search space sampling, the spec, the results table and chart, the command line
 (``tune/sweep.py``, loaded from its file); and (Ray) a two-arm sweep on the sample data that writes
 the table, the chart, the best models and one offline W&B run per trial."""
 import importlib.util
@@ -11,7 +11,7 @@ import pytest
 
 from hlgt import config as C
 from hlgt.sweep import results, space
-from hlgt.sweep.plan import Plan, build_shards
+from hlgt.sweep.spec import SweepSpec, build_shards
 
 CENTRE = {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1, "train.lr": 1e-3}
 
@@ -62,18 +62,18 @@ def test_smoke_plan(tmp_path):
     args = command.build_parser().parse_args(
         ["--ablation", "no_line_graph", "--smoke-test", "--storage", str(tmp_path / "sweeps"),
          "--set", f"data.shards_dir={tmp_path / 'processed'}", "--seeds", "1,2"])
-    plan = command.make_plan(args)
-    plan.shards = build_shards(plan)
-    assert plan.arms == ["full", "no_line_graph"]  # the reference arm is added
-    assert plan.samples == [{"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}]
-    assert plan.replicates == [{"data.fold": 0, "train.seed": 1}, {"data.fold": 0, "train.seed": 2}]
-    assert plan.base["data.dataset"] == "sample" and plan.base["model.hidden_size"] == command.SMOKE["model.hidden_size"]
-    assert plan.trial_flat("no_line_graph", 0, 1)["model.line_graph"] is False
-    assert plan.trial_flat("no_line_graph", 0, 1)["train.seed"] == 2
-    assert plan.shards == {0: str(tmp_path / "processed" / "sample-offline")}
+    spec = command.make_spec(args)
+    spec.shards = build_shards(spec)
+    assert spec.arms == ["full", "no_line_graph"]  # the reference arm is added
+    assert spec.samples == [{"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}]
+    assert spec.replicates == [{"data.fold": 0, "train.seed": 1}, {"data.fold": 0, "train.seed": 2}]
+    assert spec.base["data.dataset"] == "sample" and spec.base["model.hidden_size"] == command.SMOKE["model.hidden_size"]
+    assert spec.trial_flat("no_line_graph", 0, 1)["model.line_graph"] is False
+    assert spec.trial_flat("no_line_graph", 0, 1)["train.seed"] == 2
+    assert spec.shards == {0: str(tmp_path / "processed" / "sample-offline")}
     assert (tmp_path / "processed" / "sample-offline" / "manifest.json").exists()
-    assert plan.root == str(tmp_path / "sweeps" / plan.name)
-    assert pickle.loads(pickle.dumps(plan)) == plan  # Tune hands it to every trial (with_parameters)
+    assert spec.root == str(tmp_path / "sweeps" / spec.name)
+    assert pickle.loads(pickle.dumps(spec)) == spec  # Tune hands it to every trial (with_parameters)
 
     # The same from a YAML file; command-line flags win over it.
     space = tmp_path / "space.yaml"
@@ -82,10 +82,10 @@ def test_smoke_plan(tmp_path):
     args = command.build_parser().parse_args(
         ["--space", str(space), "--dataset", "sample", "--no-reference", "--layers", "1,3", "--storage",
          str(tmp_path / "sweeps"), "--set", f"data.shards_dir={tmp_path / 'processed'}"])
-    plan = command.make_plan(args)
-    assert plan.arms == ["gts", "hgt"] and plan.base["train.epochs"] == 7 and len(plan.samples) == 3
-    assert set(plan.samples[0]) == {"model.heads", "train.lr", "model.layers"}
-    assert plan.samples[0] == {"model.heads": 4, "train.lr": 1e-3, "model.layers": 3}  # the centre, within the space
+    spec = command.make_spec(args)
+    assert spec.arms == ["gts", "hgt"] and spec.base["train.epochs"] == 7 and len(spec.samples) == 3
+    assert set(spec.samples[0]) == {"model.heads", "train.lr", "model.layers"}
+    assert spec.samples[0] == {"model.heads": 4, "train.lr": 1e-3, "model.layers": 3}  # the centre, within the space
 
 
 def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
@@ -160,15 +160,15 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
 
 
 def test_an_arm_trains_each_distinct_model_once(tmp_path):
-    plan = Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "gts", "no_aux_task"],
+    spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "gts", "no_aux_task"],
                       samples=[{"model.heads": 4, "model.beta_com": 0.1}, {"model.heads": 2, "model.beta_com": 0.1},
                                {"model.heads": 4, "model.beta_com": 0.2}, {"model.heads": 8, "model.beta_com": 0.2}],
                       replicates=[{"data.fold": 0, "train.seed": 1}], shards={})
-    assert plan.arm_samples("full") == [0, 1, 2, 3]
-    assert plan.arm_samples("no_aux_task") == [0, 1, 3]  # beta_com unread: sample 2 is sample 0
-    assert plan.arm_samples("gts") == [0]  # no graph encoder, no comparison head
-    assert plan.arm_params("gts", 3) == {} and space.describe(plan.arm_params("gts", 3)) == "defaults"
-    assert plan.arm_params("no_aux_task", 3) == {"model.heads": 8}
+    assert spec.arm_samples("full") == [0, 1, 2, 3]
+    assert spec.arm_samples("no_aux_task") == [0, 1, 3]  # beta_com unread: sample 2 is sample 0
+    assert spec.arm_samples("gts") == [0]  # no graph encoder, no comparison head
+    assert spec.arm_params("gts", 3) == {} and space.describe(spec.arm_params("gts", 3)) == "defaults"
+    assert spec.arm_params("no_aux_task", 3) == {"model.heads": 8}
 
 
 def test_command_line_errors_name_the_problem(tmp_path, capsys):
@@ -198,7 +198,7 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
             command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
     space.unlink()
     assert not any(tmp_path.iterdir())  # nothing was started or written
-    for n in ("0", "-2"):  # not "the default", not an empty plan
+    for n in ("0", "-2"):  # not "the default", not an empty sweep
         with pytest.raises(SystemExit):
             command.build_parser().parse_args(["--num-samples", n])
         assert "argument --num-samples: must be >= 1" in capsys.readouterr().err
@@ -219,9 +219,9 @@ def test_trials_are_packed_on_a_gpu_by_measured_memory():
 
 def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
     args = command.build_parser().parse_args(["--storage", str(tmp_path)])
-    assert command.make_plan(args).gpus_per_worker is None  # decided once Ray is up
+    assert command.make_spec(args).gpus_per_worker is None  # decided once Ray is up
     args = command.build_parser().parse_args(["--storage", str(tmp_path), "--gpus-per-trial", "0"])
-    assert command.make_plan(args).gpus_per_worker == 0.0
+    assert command.make_spec(args).gpus_per_worker == 0.0
     with pytest.raises(ValueError, match="must be >= 0"):
         command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])
 
@@ -262,55 +262,55 @@ def test_the_gpu_memory_probe_measures_one_step_per_arm(tmp_path):
 
     args = command.build_parser().parse_args(["--smoke-test", "--ablation", "gts", "--storage", str(tmp_path),
                                               "--set", f"data.shards_dir={tmp_path / 'p'}"])
-    plan = command.make_plan(args)
-    plan.shards = build_shards(plan)
-    peak, total = probe_gpu_memory(plan)
+    spec = command.make_spec(args)
+    spec.shards = build_shards(spec)
+    peak, total = probe_gpu_memory(spec)
     assert 0 < peak < total and trials_per_gpu(total, peak) >= 1
 
 
 def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_starts_over(tmp_path, capsys):
     from hlgt.model.solver import WEIGHTS_FORMAT
-    from hlgt.sweep.plan import check_saved_weights, remove_earlier, save_settings
+    from hlgt.sweep.spec import check_saved_weights, remove_earlier, save_settings
 
     argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "again"]
-    plan = command.make_plan(command.build_parser().parse_args(argv))
-    check_saved_weights(plan)  # a new sweep: nothing saved yet
-    save_settings(plan)  # the sweep made its folder
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    check_saved_weights(spec)  # a new sweep: nothing saved yet
+    save_settings(spec)  # the sweep made its folder
 
     def save(folder: Path, fmt: int) -> None:
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps({"model.hidden_size": 8, "weights_format": fmt}))
         (folder / "model.pt").write_bytes(b"")
 
-    root = Path(plan.root)
+    root = Path(spec.root)
     save(root / "train" / "full-s0-r0-a" / "best", WEIGHTS_FORMAT)
-    check_saved_weights(plan)  # this version's models: the sweep resumes
+    check_saved_weights(spec)  # this version's models: the sweep resumes
     save(root / "train" / "full-s0-r0-b" / "checkpoint_1" / "best", WEIGHTS_FORMAT - 1)
     with pytest.raises(ValueError, match=rf"holds models of weights format {WEIGHTS_FORMAT - 1} .*full-s0-r0-b.*"
                                          rf"computes format {WEIGHTS_FORMAT}: re-run with --fresh"):
         command.main(argv)
 
-    remove_earlier(plan)  # what --fresh does before the sweep starts
+    remove_earlier(spec)  # what --fresh does before the sweep starts
     assert not root.exists() and (tmp_path / "sweeps").is_dir()
     assert "--fresh: removed" in capsys.readouterr().out
-    check_saved_weights(plan)
-    remove_earlier(plan)  # nothing to remove: no error
+    check_saved_weights(spec)
+    remove_earlier(spec)  # nothing to remove: no error
 
 
 def test_a_sweep_trains_on_prebuilt_shards(tmp_path, capsys):
     from hlgt.data.build import ensure_shards
-    from hlgt.sweep.plan import build_shards
+    from hlgt.sweep.spec import build_shards
 
     argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps")]
-    plan = command.make_plan(command.build_parser().parse_args(argv))
-    folder = ensure_shards(plan.centre.override({"data.shards_dir": str(tmp_path / "elsewhere")}))
-    assert build_shards(plan, prebuilt=str(folder)) == {0: str(folder.resolve())}
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    folder = ensure_shards(spec.centre.override({"data.shards_dir": str(tmp_path / "elsewhere")}))
+    assert build_shards(spec, prebuilt=str(folder)) == {0: str(folder.resolve())}
     (tmp_path / "byfold").mkdir()
     (tmp_path / "byfold" / "0").symlink_to(folder)
-    assert build_shards(plan, prebuilt=str(tmp_path / "byfold" / "{fold}")) == {0: str(folder.resolve())}
-    plan.replicates = [{"data.fold": 0, "train.seed": 1}, {"data.fold": 1, "train.seed": 1}]
+    assert build_shards(spec, prebuilt=str(tmp_path / "byfold" / "{fold}")) == {0: str(folder.resolve())}
+    spec.replicates = [{"data.fold": 0, "train.seed": 1}, {"data.fold": 1, "train.seed": 1}]
     with pytest.raises(ValueError, match=r"one folder for folds \[0, 1\]: give a pattern with \{fold\}"):
-        build_shards(plan, prebuilt=str(folder))
+        build_shards(spec, prebuilt=str(folder))
     # A folder built for another dataset is refused before Ray starts, with the command's prefix.
     with pytest.raises(ValueError, match=r".* holds .*'dataset': 'sample'.* this run needs .*'dataset': 'mawps'"):
         command.main(["--dataset", "mawps", "--shards", str(folder), "--storage", str(tmp_path / "sweeps")])
@@ -321,21 +321,21 @@ def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_p
 
     from hlgt.sweep.experiments import concurrency, trials_that_fit
 
-    plan = command.make_plan(command.build_parser().parse_args(["--smoke-test", "--storage", str(tmp_path)]))
+    spec = command.make_spec(command.build_parser().parse_args(["--smoke-test", "--storage", str(tmp_path)]))
     two_cpus, big = {"CPU": 2.0}, {"CPU": 16.0, "GPU": 1.0}
-    plan.gpus_per_worker = 0.0  # as resolve_gpus leaves it on a cluster without GPUs
-    assert trials_that_fit(plan, two_cpus) == 1  # one CPU stays free for Ray Data's reads
-    plan.gpus_per_worker = 0.25
-    assert trials_that_fit(plan, big) == 4 and trials_that_fit(plan, {"CPU": 16.0}) == 0
-    plan.gpus_per_worker = 0.0
+    spec.gpus_per_worker = 0.0  # as resolve_gpus leaves it on a cluster without GPUs
+    assert trials_that_fit(spec, two_cpus) == 1  # one CPU stays free for Ray Data's reads
+    spec.gpus_per_worker = 0.25
+    assert trials_that_fit(spec, big) == 4 and trials_that_fit(spec, {"CPU": 16.0}) == 0
+    spec.gpus_per_worker = 0.0
     monkeypatch.setattr(ray, "cluster_resources", lambda: two_cpus)
-    assert concurrency(plan) == 1 and capsys.readouterr().out == ""
-    plan.max_concurrent = 4  # more than fits: kept (an autoscaler may add nodes), with a note
-    assert concurrency(plan) == 4
+    assert concurrency(spec) == 1 and capsys.readouterr().out == ""
+    spec.max_concurrent = 4  # more than fits: kept (an autoscaler may add nodes), with a note
+    assert concurrency(spec) == 4
     assert "--max-concurrent 4: this cluster fits 1 trial(s) now" in capsys.readouterr().out
-    plan.max_concurrent, plan.gpus_per_worker = 0, 0.25
+    spec.max_concurrent, spec.gpus_per_worker = 0, 0.25
     with pytest.raises(RuntimeError, match="the cluster has 0 GPUs; a trial needs 0.25"):
-        concurrency(plan)
+        concurrency(spec)
 
 
 class _InterruptedTuner:
@@ -370,35 +370,35 @@ def test_ctrl_c_stops_the_sweep_instead_of_going_on_to_the_next_arm():
 
 
 def test_a_second_sweep_of_a_running_name_is_refused_before_ray(tmp_path):
-    from hlgt.sweep.plan import sole_sweep
+    from hlgt.sweep.spec import sole_sweep
 
     argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "busy"]
-    plan = command.make_plan(command.build_parser().parse_args(argv))
-    with sole_sweep(plan):
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    with sole_sweep(spec):
         for again in (argv, argv + ["--fresh"]):
-            with pytest.raises(OSError, match=f"another sweep is running {plan.root}: let it finish, or give"):
+            with pytest.raises(OSError, match=f"another sweep is running {spec.root}: let it finish, or give"):
                 command.main(again)
-    assert not Path(plan.root).exists()  # the running sweep's folder untouched
+    assert not Path(spec.root).exists()  # the running sweep's folder untouched
 
 
 def test_a_re_run_of_other_settings_is_refused_naming_each_change(tmp_path):
-    from hlgt.sweep.plan import check_same_sweep, remove_earlier, save_settings
+    from hlgt.sweep.spec import check_same_sweep, remove_earlier, save_settings
 
     argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "same"]
-    plan = command.make_plan(command.build_parser().parse_args(argv))
-    check_same_sweep(plan)  # a new sweep
-    save_settings(plan)
-    again = command.make_plan(command.build_parser().parse_args(argv + ["--max-concurrent", "1", "--no-wandb"]))
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    check_same_sweep(spec)  # a new sweep
+    save_settings(spec)
+    again = command.make_spec(command.build_parser().parse_args(argv + ["--max-concurrent", "1", "--no-wandb"]))
     check_same_sweep(again)  # how it runs may change
     for extra, change in ((["--ablation", "gts"], r"sweep.arms \['full'\] -> \['full', 'gts'\]"),
                           (["--set", "train.epochs=3"], "train.epochs 24 -> 3"),
                           (["--num-samples", "2"], r"sweep.samples \[.*\] -> \[.*\]"),
                           (["--seeds", "1,2"], r"sweep.replicates \[.*\] -> \[.*\]"),
                           (["--scheduler", "fifo"], "sweep.scheduler 'asha' -> 'fifo'")):
-        with pytest.raises(ValueError, match=rf"{plan.root} holds a sweep of other settings \({change}\): --fresh starts"):
+        with pytest.raises(ValueError, match=rf"{spec.root} holds a sweep of other settings \({change}\): --fresh starts"):
             command.main(argv + extra)
-    remove_earlier(plan)  # --fresh: the earlier settings go with the sweep
-    check_same_sweep(command.make_plan(command.build_parser().parse_args(argv + ["--ablation", "gts"])))
+    remove_earlier(spec)  # --fresh: the earlier settings go with the sweep
+    check_same_sweep(command.make_spec(command.build_parser().parse_args(argv + ["--ablation", "gts"])))
 
 
 def test_a_trials_validation_is_its_best_models_even_when_tunes_history_starts_at_a_resume(tmp_path):
@@ -413,8 +413,8 @@ def test_a_trials_validation_is_its_best_models_even_when_tunes_history_starts_a
     resumed = SimpleNamespace(config={"arm": "full", "sample": 0, "replicate": 0}, error=None,
                               metrics={"checkpoint_path": str(checkpoint)},
                               metrics_dataframe=pd.DataFrame({"epoch": [3, 4], "val/value_acc": [0.3, 0.5]}))
-    plan = Plan(name="t", storage=str(tmp_path), base={}, arms=["full"], samples=[{}], replicates=[{}])
-    (outcome,) = results.outcomes(plan, "full", [resumed])
+    spec = SweepSpec(name="t", storage=str(tmp_path), base={}, arms=["full"], samples=[{}], replicates=[{}])
+    (outcome,) = results.outcomes(spec, "full", [resumed])
     assert outcome.val_value_acc == 0.6 and outcome.checkpoint == str(checkpoint)
 
 
@@ -425,9 +425,9 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
 
     # A trial that failed after saving a better model is not chosen: its run did not finish.
     assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
-    plan = Plan(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
+    spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
-    row, test = results.select_and_test(plan, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
+    row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
     assert test.n == 0 and row["replicates"] == []
     assert (row["config"], row["runs"], row["trials"], row["failed"]) == ("no trial finished", 0, 2, 2)
     assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
@@ -449,7 +449,7 @@ def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, caps
         with pytest.raises(ValueError, match=message):
             command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
     space.write_text("space:\n  train.lr: {loguniform: [1e-4, 1e-2]}\n", encoding="utf-8")  # YAML's text numbers
-    assert command.make_plan(command.build_parser().parse_args(["--space", str(space), "--storage", str(tmp_path)]))
+    assert command.make_spec(command.build_parser().parse_args(["--space", str(space), "--storage", str(tmp_path)]))
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=f"--storage {tmp_path / 'file'} is a file, not a folder"):
         command.main(["--storage", str(tmp_path / "file")])
@@ -511,10 +511,10 @@ def test_a_table_sweep_trains_one_configuration_per_arm_on_every_fold(tmp_path):
     args = command.build_parser().parse_args(
         ["--dataset", "mawps", "--mawps-folds", "graph2tree-1921", "--no-mawps-valid", "--ablation", "all",
          "--folds", "0,1,2,3,4", "--name", "paper-tables", "--storage", str(tmp_path)])
-    plan = command.make_plan(args)
-    assert plan.samples == [{}] and plan.scheduler == "fifo" and not plan.validated
-    assert plan.arms[0] == "full" and set(plan.arms) == set(C.ABLATIONS) and len(plan.replicates) == 5
-    flat = plan.trial_flat("rgat", 0, 4)
+    spec = command.make_spec(args)
+    assert spec.samples == [{}] and spec.scheduler == "fifo" and not spec.validated
+    assert spec.arms[0] == "full" and set(spec.arms) == set(C.ABLATIONS) and len(spec.replicates) == 5
+    flat = spec.trial_flat("rgat", 0, 4)
     assert (flat["data.mawps_folds"], flat["data.mawps_valid"], flat["data.fold"]) == ("graph2tree-1921", False, 4)
     assert C.Config.from_flat(flat).model.heads == 4 and flat["train.epochs"] == 30  # the paper's settings
     assert not any(tmp_path.iterdir())
@@ -550,9 +550,9 @@ def test_a_search_file_with_a_table_sweep_and_folds_of_another_dataset_are_refus
 
 @pytest.mark.parametrize("name", [".", "..", "../other", "a/b", "/abs"])
 def test_a_name_that_is_no_folder_name_is_refused_before_anything_is_removed(tmp_path, name):
-    from hlgt.sweep.plan import save_settings
+    from hlgt.sweep.spec import save_settings
 
-    earlier = command.make_plan(command.build_parser().parse_args(
+    earlier = command.make_spec(command.build_parser().parse_args(
         ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "earlier"]))
     save_settings(earlier)
     with pytest.raises(ValueError, match="is not a folder name"):
@@ -561,23 +561,23 @@ def test_a_name_that_is_no_folder_name_is_refused_before_anything_is_removed(tmp
 
 
 def test_fresh_removes_only_a_sweep_folder_the_project_made_and_only_once_the_shards_are_there(tmp_path):
-    from hlgt.sweep.plan import remove_earlier, save_settings
+    from hlgt.sweep.spec import remove_earlier, save_settings
 
     argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "s"]
-    plan = command.make_plan(command.build_parser().parse_args(argv))
-    save_settings(plan)
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    save_settings(spec)
     with pytest.raises(FileNotFoundError, match="no manifest.json"):  # a bad --shards: nothing removed
         command.main(argv + ["--fresh", "--shards", str(tmp_path / "none")])
-    assert (Path(plan.root) / "sweep.json").exists()
+    assert (Path(spec.root) / "sweep.json").exists()
     hand_made = tmp_path / "sweeps" / "mine"
     hand_made.mkdir()
     (hand_made / "notes.txt").write_text("mine")
-    mine = command.make_plan(command.build_parser().parse_args(argv[:-1] + ["mine"]))
+    mine = command.make_spec(command.build_parser().parse_args(argv[:-1] + ["mine"]))
     with pytest.raises(ValueError, match=rf"{hand_made} has no \.hlgt-folder file .*rm -r {hand_made}"):
         remove_earlier(mine)
     assert (hand_made / "notes.txt").exists()
-    remove_earlier(plan)
-    assert not Path(plan.root).exists()
+    remove_earlier(spec)
+    assert not Path(spec.root).exists()
 
 
 def test_a_plan_beyond_max_trials_is_refused_before_it_is_enumerated(tmp_path, monkeypatch):
@@ -585,7 +585,7 @@ def test_a_plan_beyond_max_trials_is_refused_before_it_is_enumerated(tmp_path, m
     ten = ",".join(str(k) for k in range(1, 11))
     with pytest.raises(ValueError, match=r"the grid's 10,000 configurations x 1 trials each .* = 10,000 trials, "
                                          r"more than --max-trials 3,000"):
-        command.make_plan(command.build_parser().parse_args(
+        command.make_spec(command.build_parser().parse_args(
             argv + ["--grid", "--heads", "1,2,4,8,16,32,64,128,256,512", "--layers", ten, "--lr", ten,
                     "--beta-com", ten]))
     # Twelve dimensions: 3^12 configurations, counted, never built.
@@ -596,16 +596,16 @@ def test_a_plan_beyond_max_trials_is_refused_before_it_is_enumerated(tmp_path, m
         "model.beam_size", "model.max_output_len", "train.batch_size", "train.epochs", "train.lr_step",
         "train.eval_every")))
     with pytest.raises(ValueError, match="531,441 configurations"):
-        command.make_plan(command.build_parser().parse_args(argv + ["--space", str(yaml), "--grid"]))
+        command.make_spec(command.build_parser().parse_args(argv + ["--space", str(yaml), "--grid"]))
     # num_samples with a continuous dimension: refused before any draw; --max-trials raises the limit.
     draws = argv + ["--lr", "0.001,0.002", "--num-samples", "5000", "--seeds", "1,2"]
     yaml.write_text("space:\n  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\nnum_samples: 5000\n")
     with pytest.raises(ValueError, match=r"num_samples 5,000 configurations x 2 trials each"):
-        command.make_plan(command.build_parser().parse_args(argv + ["--space", str(yaml), "--seeds", "1,2"]))
-    assert len(command.make_plan(command.build_parser().parse_args(draws)).samples) == 54  # all the space holds
-    plan = command.make_plan(command.build_parser().parse_args(
+        command.make_spec(command.build_parser().parse_args(argv + ["--space", str(yaml), "--seeds", "1,2"]))
+    assert len(command.make_spec(command.build_parser().parse_args(draws)).samples) == 54  # all the space holds
+    spec = command.make_spec(command.build_parser().parse_args(
         argv + ["--space", str(yaml), "--max-trials", "10000", "--no-reference", "--ablation", "gts"]))
-    assert len(plan.samples) == 5000
+    assert len(spec.samples) == 5000
 
 
 def test_a_loguniform_bound_that_is_not_positive_names_its_key():

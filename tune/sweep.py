@@ -20,7 +20,7 @@ fifo|median|asha``) compares configurations within an arm, never prunes one arm 
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
 kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead (it
 removes a sweep folder only when the project made it, ``hlgt.storage``). These stop before Ray
-starts and say so: a ``--name`` that is not one folder name, a plan of more than ``--max-trials``
+starts and say so: a ``--name`` that is not one folder name, a sweep of more than ``--max-trials``
 trials (configurations x arms x replicates, counted before any is drawn), a re-run of other
 settings (other arms, configurations, replicates, scheduler or config keys, but where files go and
 how trials run; ``<name>/sweep.json`` holds them), a sweep of a name that another sweep is
@@ -44,7 +44,7 @@ arm, mean ± std, the paper's figures marked) into ``<storage>/<name>/``, the ta
 one summary run with the table and the best models' test predictions (each trial has its own run,
 grouped by the sweep).
 
-This file reads the command line (and the YAML file) into a ``hlgt.sweep.plan.Plan`` and runs it;
+This file reads the command line (and the YAML file) into a ``hlgt.sweep.spec.SweepSpec`` and runs it;
 the sweep itself lives in the installed package ``hlgt.sweep``, which Ray's workers import.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ from hlgt.cli import non_negative_int, positive_float, positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, parse_overrides
 from hlgt.storage import check_name, is_uri, storage_root
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import (Plan, build_shards, check_removable, check_same_sweep, check_saved_weights, check_trials,
+from hlgt.sweep.spec import (SweepSpec, build_shards, check_removable, check_same_sweep, check_saved_weights, check_trials,
                              remove_earlier, save_settings, sole_sweep)
 from hlgt.sweep.space import DEFAULT_SPACE, check_space, parse_values, sample_configs, space_size
 
@@ -69,7 +69,7 @@ SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.
          "model.beam_size": 3, "model.max_output_len": 20}
 YAML_KEYS = {"space", "num_samples", "seeds", "folds", "ablation", "scheduler", "set"}
 SCHEDULERS = ("asha", "median", "fifo")
-# Trials a sweep may plan unless --max-trials says more: a mistyped space (a 12-dimension grid,
+# Trials a sweep may hold unless --max-trials says more: a mistyped space (a 12-dimension grid,
 # num_samples: 1000000) is refused before it is enumerated.
 MAX_TRIALS = 3000
 # The search flags and the config key each one searches.
@@ -261,8 +261,8 @@ def check_folds(folds: list[int], dataset: str) -> list[int]:
     return folds
 
 
-def make_plan(args: argparse.Namespace) -> Plan:
-    """The command line and its YAML file as a plan (the shards are built afterwards)."""
+def make_spec(args: argparse.Namespace) -> SweepSpec:
+    """The command line and its YAML file as a spec (the shards are built afterwards)."""
     spec = load_yaml(args.space)
     dataset = "sample" if args.smoke_test else (args.dataset or "mawps")
     base = base_overrides(args, spec, dataset)
@@ -279,34 +279,34 @@ def make_plan(args: argparse.Namespace) -> Plan:
     storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
     if not is_uri(storage) and Path(storage).exists() and not Path(storage).is_dir():
         raise ValueError(f"--storage {storage} is a file, not a folder")
-    plan = Plan(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
+    spec = SweepSpec(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
                 scheduler=scheduler_kind(args, spec, centre), workers=args.workers_per_trial,
                 cpus_per_worker=args.cpus_per_trial, gpus_per_worker=args.gpus_per_trial,
                 max_concurrent=args.max_concurrent, max_failures=args.max_failures, wandb=centre.train.wandb)
     # Offline W&B runs live next to the results, or in the home folder when the results go to S3.
-    plan.wandb_dir = plan.root if not is_uri(plan.root) else os.path.join("~", "hlgt-wandb", name)
-    plan.replicate_kind = "folds" if len(folds) > 1 and len(seeds) == 1 else "seeds" if len(folds) == 1 else "runs"
-    plan.verbose = args.verbose
-    check_trials(plan)
-    return plan
+    spec.wandb_dir = spec.root if not is_uri(spec.root) else os.path.join("~", "hlgt-wandb", name)
+    spec.replicate_kind = "folds" if len(folds) > 1 and len(seeds) == 1 else "seeds" if len(folds) == 1 else "runs"
+    spec.verbose = args.verbose
+    check_trials(spec)
+    return spec
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Everything a mistake can be in (arms, config keys and values, the YAML file, the shard
     # folder) is checked here, before Ray starts: a ValueError naming it ends the command.
-    plan = make_plan(args)
-    with sole_sweep(plan):
+    spec = make_spec(args)
+    with sole_sweep(spec):
         if args.fresh:
-            check_removable(plan)
+            check_removable(spec)
         else:
-            check_saved_weights(plan)
-            check_same_sweep(plan)
-        plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
+            check_saved_weights(spec)
+            check_same_sweep(spec)
+        spec.shards = build_shards(spec, address=args.address, prebuilt=args.shards)
         if args.fresh:  # only once the shards are there: a bad --shards removes nothing
-            remove_earlier(plan)
-        save_settings(plan)
-        rows = run(plan, address=args.address)  # Ctrl-C: Tune saved the arm's state, run_command says so
+            remove_earlier(spec)
+        save_settings(spec)
+        rows = run(spec, address=args.address)  # Ctrl-C: Tune saved the arm's state, run_command says so
     return 1 if any(not r["runs"] for r in rows) else 0  # an arm without a score is no result
 
 

@@ -4,7 +4,7 @@ The command is ``tune/sweep.py``; this package is what it drives, installed so t
 import the trial function:
 
 - ``space``: the search space (values from the command line or YAML), its samples, their names;
-- ``plan``: ``Plan``, everything a trial needs, decided before Ray starts;
+- ``spec``: ``SweepSpec``, everything a trial needs, decided before Ray starts;
 - ``experiments``: the trial function and one Tune experiment per arm, then ``run`` (the whole sweep);
 - ``results``: selection on validation, one test evaluation per arm, the table, chart and W&B summary.
 """

@@ -19,28 +19,28 @@ from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.ray_session import start_ray
 from hlgt.sweep import results
-from hlgt.sweep.plan import Plan
+from hlgt.sweep.spec import SweepSpec
 from hlgt.sweep.space import describe
 
 
-def trial(config: dict, plan: Plan) -> None:
+def trial(config: dict, spec: SweepSpec) -> None:
     """The Tune trainable: one TorchTrainer for the trial's configuration, whose metrics and
     checkpoint paths reach Tune through ``TuneReportCallback`` (a TorchTrainer handed straight to a
     Tuner fails under Ray Train's new engine).
 
-    ``config`` holds what varies (arm, sample, replicate); ``plan`` what does not (``with_parameters``).
+    ``config`` holds what varies (arm, sample, replicate); ``spec`` what does not (``with_parameters``).
     """
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from hlgt.train import launch
 
-    cfg = Config.from_flat(plan.trial_flat(config["arm"], config["sample"], config["replicate"]))
+    cfg = Config.from_flat(spec.trial_flat(config["arm"], config["sample"], config["replicate"]))
     # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
-    launch.fit(cfg, plan.shards[cfg.data.fold], name=ray.tune.get_context().get_trial_name(),
-               storage=plan.train_storage, workers=plan.workers, cpus_per_worker=plan.cpus_per_worker,
-               gpus_per_worker=plan.gpus_per_worker or None, keep=1, max_failures=plan.max_failures,
-               callbacks=[TuneReportCallback()], group=plan.name, wandb_dir=plan.wandb_dir, evaluate_test=False)
+    launch.fit(cfg, spec.shards[cfg.data.fold], name=ray.tune.get_context().get_trial_name(),
+               storage=spec.train_storage, workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
+               gpus_per_worker=spec.gpus_per_worker or None, keep=1, max_failures=spec.max_failures,
+               callbacks=[TuneReportCallback()], group=spec.name, wandb_dir=spec.wandb_dir, evaluate_test=False)
 
 
 def trial_name(t) -> str:
@@ -51,11 +51,11 @@ def trial_name(t) -> str:
 TABLE_EXPERIMENT = "arms"  # the one experiment of a sweep without validation
 
 
-def experiments(plan: Plan) -> dict[str, list[str]]:
+def experiments(spec: SweepSpec) -> dict[str, list[str]]:
     """The sweep's Tune experiments, each named by its folder: the arms it trains."""
-    if not plan.validated:
-        return {TABLE_EXPERIMENT: list(plan.arms)}
-    return {arm: [arm] for arm in plan.arms}
+    if not spec.validated:
+        return {TABLE_EXPERIMENT: list(spec.arms)}
+    return {arm: [arm] for arm in spec.arms}
 
 
 def scheduler(kind: str, epochs: int):
@@ -89,16 +89,16 @@ def trials_per_gpu(total_bytes: int, trial_peak_bytes: int) -> int:
     return max(1, int(usable // (trial_peak_bytes + CUDA_CONTEXT_BYTES)))
 
 
-def probe_gpu_memory(plan: Plan) -> tuple[int, int]:
+def probe_gpu_memory(spec: SweepSpec) -> tuple[int, int]:
     """(the largest peak GPU memory the caching allocator reserved for a trial's training steps
-    over the plan's arms (``probe_steps``); the GPU's total memory). Runs on a GPU worker."""
+    over the spec's arms (``probe_steps``); the GPU's total memory). Runs on a GPU worker."""
     import torch
 
     from hlgt.data.shards import load_rows, load_vocab
 
-    shards = next(iter(plan.shards.values()))
+    shards = next(iter(spec.shards.values()))
     vocab = load_vocab(shards)
-    cfgs = [Config.from_flat(plan.trial_flat(arm, plan.arm_samples(arm)[0], 0)) for arm in plan.arms]
+    cfgs = [Config.from_flat(spec.trial_flat(arm, spec.arm_samples(arm)[0], 0)) for arm in spec.arms]
     rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
     peak = 0
     for cfg in cfgs:
@@ -139,25 +139,25 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
     return len(captured)
 
 
-def resolve_gpus(plan: Plan) -> None:
+def resolve_gpus(spec: SweepSpec) -> None:
     """``--gpus-per-trial`` not given: CPUs on a cluster without GPUs; on one with GPUs, the share
     of a GPU that packs ``trials_per_gpu`` trials on it, from each arm's probe steps (``probe_steps``)."""
     import ray
 
-    if plan.gpus_per_worker is not None:
+    if spec.gpus_per_worker is not None:
         return
     if ray.cluster_resources().get("GPU", 0.0) < 1:
-        plan.gpus_per_worker = 0.0
+        spec.gpus_per_worker = 0.0
         return
-    peak, total = ray.get(ray.remote(num_gpus=1)(probe_gpu_memory).remote(plan))
+    peak, total = ray.get(ray.remote(num_gpus=1)(probe_gpu_memory).remote(spec))
     n = trials_per_gpu(total, peak)  # training processes per GPU: a trial's workers count one each
-    plan.gpus_per_worker = 1.0 / n
-    plan.base = {**plan.base, "train.use_gpu": True}
+    spec.gpus_per_worker = 1.0 / n
+    spec.base = {**spec.base, "train.use_gpu": True}
     print(f"[sweep] one training process peaks at {peak / 2**30:.2f} GiB of a GPU's {total / 2**30:.1f} GiB: "
-          f"{n} per GPU ({plan.gpus_per_worker:.3g} GPU per worker)", flush=True)
+          f"{n} per GPU ({spec.gpus_per_worker:.3g} GPU per worker)", flush=True)
 
 
-def concurrency(plan: Plan) -> int:
+def concurrency(spec: SweepSpec) -> int:
     """Trials that fit the cluster at once, one CPU left free for Ray Data's read tasks; or
     ``--max-concurrent``, which may ask for more than the cluster holds now (an autoscaler adds
     nodes for the pending trials: the way to grow a cluster), with a note when it does."""
@@ -166,25 +166,25 @@ def concurrency(plan: Plan) -> int:
     from hlgt.train.launch import worker_cpus
 
     res = ray.cluster_resources()
-    fit = trials_that_fit(plan, res)
-    if plan.max_concurrent > 0:
-        if plan.max_concurrent > fit:
-            print(f"[sweep] --max-concurrent {plan.max_concurrent}: this cluster fits {fit} trial(s) now; the others "
+    fit = trials_that_fit(spec, res)
+    if spec.max_concurrent > 0:
+        if spec.max_concurrent > fit:
+            print(f"[sweep] --max-concurrent {spec.max_concurrent}: this cluster fits {fit} trial(s) now; the others "
                   f"wait for nodes from an autoscaler. Without one, lower it: trials beyond what fits hold the CPUs "
                   f"that Ray Data's reads need, and the running trials stall", flush=True)
-        return plan.max_concurrent
-    worker_cpus(plan.workers, plan.cpus_per_worker)  # raises when even one trial would starve Ray Data
-    if fit < 1 and plan.gpus_per_worker > 0:
+        return spec.max_concurrent
+    worker_cpus(spec.workers, spec.cpus_per_worker)  # raises when even one trial would starve Ray Data
+    if fit < 1 and spec.gpus_per_worker > 0:
         raise RuntimeError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
-                           f"{plan.workers * plan.gpus_per_worker:g}")
+                           f"{spec.workers * spec.gpus_per_worker:g}")
     return max(fit, 1)
 
 
-def trials_that_fit(plan: Plan, res: dict) -> int:
+def trials_that_fit(spec: SweepSpec, res: dict) -> int:
     """Trials that the cluster resources ``res`` hold at once, one CPU left free for Ray Data."""
-    fit = int((res.get("CPU", 0.0) - 1.0 + 1e-9) // (plan.workers * plan.cpus_per_worker))
-    if plan.gpus_per_worker > 0:
-        fit = min(fit, int(res.get("GPU", 0.0) // (plan.workers * plan.gpus_per_worker)))
+    fit = int((res.get("CPU", 0.0) - 1.0 + 1e-9) // (spec.workers * spec.cpus_per_worker))
+    if spec.gpus_per_worker > 0:
+        fit = min(fit, int(res.get("GPU", 0.0) // (spec.workers * spec.gpus_per_worker)))
     return max(fit, 0)
 
 
@@ -217,14 +217,14 @@ def epoch_lines(validated: bool):
     return EpochLines()
 
 
-def run_experiment(plan: Plan, name: str, arms: list[str]):
+def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
     """One Tune experiment for ``arms`` (restored when it exists); returns its ResultGrid."""
     import ray.tune
 
-    path = f"{plan.root}/{name}"
+    path = f"{spec.root}/{name}"
     # The trial function only waits on its TorchTrainer, whose workers hold the CPUs (GPUs). It asks
     # for memory, not CPU: a fraction of a CPU would leave Ray Data's 1-CPU read tasks unschedulable.
-    trainable = ray.tune.with_resources(ray.tune.with_parameters(trial, plan=plan), {"CPU": 0, "memory": 64 * 1024**2})
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(trial, spec=spec), {"CPU": 0, "memory": 64 * 1024**2})
     if ray.tune.Tuner.can_restore(path):
         print(f"[sweep] {name}: resuming {path}", flush=True)
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
@@ -235,16 +235,16 @@ def run_experiment(plan: Plan, name: str, arms: list[str]):
             # every arm before the next replicate's, so that a table stopped early pairs the arms on
             # the same folds.
             param_space={"arm": ray.tune.grid_search(arms),
-                         "sample": ray.tune.grid_search(plan.arm_samples(arms[0])),
-                         "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
+                         "sample": ray.tune.grid_search(spec.arm_samples(arms[0])),
+                         "replicate": ray.tune.grid_search(list(range(len(spec.replicates))))},
             # Without validation there is no metric to rank by: every trial runs to its last epoch (fifo).
-            tune_config=ray.tune.TuneConfig(metric=M.VAL_VALUE_ACC if plan.validated else None,
-                                            mode="max" if plan.validated else None,
-                                            scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
-                                            max_concurrent_trials=concurrency(plan), trial_name_creator=trial_name,
+            tune_config=ray.tune.TuneConfig(metric=M.VAL_VALUE_ACC if spec.validated else None,
+                                            mode="max" if spec.validated else None,
+                                            scheduler=scheduler(spec.scheduler, spec.centre.train.epochs),
+                                            max_concurrent_trials=concurrency(spec), trial_name_creator=trial_name,
                                             trial_dirname_creator=trial_name),
-            run_config=ray.tune.RunConfig(name=name, storage_path=plan.root, verbose=2 if plan.verbose else 0,
-                                          callbacks=[] if plan.verbose else [epoch_lines(plan.validated)]),
+            run_config=ray.tune.RunConfig(name=name, storage_path=spec.root, verbose=2 if spec.verbose else 0,
+                                          callbacks=[] if spec.verbose else [epoch_lines(spec.validated)]),
         )
     return fit_unless_interrupted(tuner, name)
 
@@ -269,37 +269,37 @@ def fit_unless_interrupted(tuner, name: str):
     return grid
 
 
-def announce(plan: Plan) -> None:
+def announce(spec: SweepSpec) -> None:
     """The sweep's shape on the console: arms, configurations, replicates, where results go."""
-    print(f"[sweep] {plan.name}: arms {', '.join(plan.arms)}; {len(plan.samples)} configuration(s) × "
-          f"{len(plan.replicates)} replicate(s) per arm; scheduler {plan.scheduler}; results in {plan.root}", flush=True)
-    for i, s in enumerate(plan.samples):
+    print(f"[sweep] {spec.name}: arms {', '.join(spec.arms)}; {len(spec.samples)} configuration(s) × "
+          f"{len(spec.replicates)} replicate(s) per arm; scheduler {spec.scheduler}; results in {spec.root}", flush=True)
+    for i, s in enumerate(spec.samples):
         print(f"[sweep]   configuration {i}: {describe(s)}", flush=True)
-    for arm in plan.arms:
-        kept = plan.arm_samples(arm)
-        if len(kept) < len(plan.samples):
+    for arm in spec.arms:
+        kept = spec.arm_samples(arm)
+        if len(kept) < len(spec.samples):
             print(f"[sweep]   {arm}: configuration(s) {kept} only (the others differ in settings {arm} does not read)",
                   flush=True)
 
 
-def run(plan: Plan, address: str | None = None) -> list[dict]:
+def run(spec: SweepSpec, address: str | None = None) -> list[dict]:
     """The whole sweep: every arm's experiment, then selection, test evaluation, table, chart and
     W&B summary; returns the table's rows."""
-    start_ray(address, console=plan.verbose)
-    resolve_gpus(plan)
-    if not plan.verbose:
+    start_ray(address, console=spec.verbose)
+    resolve_gpus(spec)
+    if not spec.verbose:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all
     started = time.perf_counter()
-    announce(plan)
+    announce(spec)
     grids = {}
-    for name, arms in experiments(plan).items():
-        grid = run_experiment(plan, name, arms)
+    for name, arms in experiments(spec).items():
+        grid = run_experiment(spec, name, arms)
         grids.update({arm: [r for r in grid if r.config["arm"] == arm] for arm in arms})
-    rows, paper_tables, paths = results.summarise(plan, grids)
-    chosen = ("selection on validation, test evaluated once per arm's best configuration" if plan.validated
+    rows, paper_tables, paths = results.summarise(spec, grids)
+    chosen = ("selection on validation, test evaluated once per arm's best configuration" if spec.validated
               else "no validation: each arm's one configuration, every replicate's last epoch tested")
     print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; {chosen}\n", flush=True)
-    print(results.results_markdown(rows, plan.replicate_kind), flush=True)
+    print(results.results_markdown(rows, spec.replicate_kind), flush=True)
     print(paper_tables, flush=True)
     print(results.best_models_markdown(rows), flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)

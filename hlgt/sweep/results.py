@@ -24,7 +24,7 @@ from hlgt import metrics as M
 from hlgt import storage
 from hlgt.config import Config
 from hlgt.sweep import tables
-from hlgt.sweep.plan import Plan
+from hlgt.sweep.spec import SweepSpec
 from hlgt.sweep.space import describe
 from hlgt.train import tracking
 
@@ -56,9 +56,9 @@ def best_validation(fs, checkpoint: str | None) -> float:
     return best if best >= 0 else float("nan")  # -1: no epoch validated yet
 
 
-def outcomes(plan: Plan, arm: str, grid) -> list[TrialOutcome]:
+def outcomes(spec: SweepSpec, arm: str, grid) -> list[TrialOutcome]:
     """What each trial of an arm's ResultGrid reached on validation, and where its checkpoint is."""
-    fs = storage.filesystem(plan.storage)[0]  # Tune's checkpoint paths lie on it
+    fs = storage.filesystem(spec.storage)[0]  # Tune's checkpoint paths lie on it
     out = []
     for r in grid:
         checkpoint = (r.metrics or {}).get("checkpoint_path")
@@ -94,46 +94,46 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
     return sorted(by_sample[best_sample], key=lambda t: t.replicate)
 
 
-def _checkpoint_dir(plan: Plan, path: str):
+def _checkpoint_dir(spec: SweepSpec, path: str):
     """A local folder for a trial's checkpoint path (downloaded when the storage is remote)."""
-    if not storage.is_uri(plan.storage):
+    if not storage.is_uri(spec.storage):
         return contextlib.nullcontext(path)
     from ray.train import Checkpoint
 
-    return Checkpoint(path=path, filesystem=storage.filesystem(plan.storage)[0]).as_directory()
+    return Checkpoint(path=path, filesystem=storage.filesystem(spec.storage)[0]).as_directory()
 
 
-def evaluate_on_test(plan: Plan, t: TrialOutcome, tracker):
+def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker):
     """A chosen trial's best model evaluated on its fold's test split; the report and predictions
     written under ``best/<arm>/replicate<r>`` and logged. Returns the report and the scored problems."""
     from hlgt.data.shards import load_rows
     from hlgt.model.solver import Solver
     from hlgt.train import evaluate as E
 
-    cfg = Config.from_flat(plan.trial_flat(t.arm, t.sample, t.replicate))
-    rows = load_rows(plan.shards[cfg.data.fold], "test")
-    with _checkpoint_dir(plan, t.checkpoint) as directory:
+    cfg = Config.from_flat(spec.trial_flat(t.arm, t.sample, t.replicate))
+    rows = load_rows(spec.shards[cfg.data.fold], "test")
+    with _checkpoint_dir(spec, t.checkpoint) as directory:
         solver = Solver.load(Path(directory) / "best")
     report, scored = E.evaluate(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
                                 batch_size=cfg.train.batch_size)
-    E.write_report(plan.local_dir / "best" / t.arm / f"replicate{t.replicate}", "test", report, scored)
+    E.write_report(spec.local_dir / "best" / t.arm / f"replicate{t.replicate}", "test", report, scored)
     tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
     return report, scored
 
 
-def select_and_test(plan: Plan, arm: str, trials: list[TrialOutcome], tracker) -> tuple[dict, tables.ArmTest]:
+def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], tracker) -> tuple[dict, tables.ArmTest]:
     """The arm's row of the table: its chosen configuration, validation and test mean ± std, how
     many trials ran and failed (no configuration and NaN scores when no trial finished), one entry
     per replicate; and its test verdicts for the paper's tables."""
-    chosen = choose(trials, plan.validated)
-    tested = [evaluate_on_test(plan, t, tracker) for t in chosen]
+    chosen = choose(trials, spec.validated)
+    tested = [evaluate_on_test(spec, t, tracker) for t in chosen]
     reports = [report for report, _ in tested]
     test = tables.ArmTest(arm, {t.replicate: scored for t, (_, scored) in zip(chosen, tested)})
     val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
     tv_mean, tv_std = mean_std([r.value_acc for r in reports])
     te_mean, te_std = mean_std([r.equation_acc for r in reports])
-    config = describe(plan.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
-    replicates = [{"arm": arm, "config": config, "replicate": t.replicate, **_fold_seed(plan.replicates[t.replicate]),
+    config = describe(spec.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
+    replicates = [{"arm": arm, "config": config, "replicate": t.replicate, **_fold_seed(spec.replicates[t.replicate]),
                    "problems": r.n, "val_value_acc": t.val_value_acc, "test_value_acc": r.value_acc,
                    "test_equation_acc": r.equation_acc, "model": str(Path(t.checkpoint) / "best")}
                   for t, r in zip(chosen, reports)]
@@ -231,22 +231,22 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
     return paths
 
 
-def summarise(plan: Plan, grids: dict) -> tuple[list[dict], str, dict[str, Path]]:
+def summarise(spec: SweepSpec, grids: dict) -> tuple[list[dict], str, dict[str, Path]]:
     """Every arm's row (selection and test) and the paper's tables, written with the chart and
     logged to one W&B summary run; returns the rows, the paper's tables and the files written."""
-    centre = plan.centre
-    mode = tracking.prepare_environment(plan.wandb)
-    tracker = tracking.start({"sweep": plan.name, "arms": plan.arms, **plan.base}, enabled=plan.wandb,
-                             project=centre.train.wandb_project, name=f"{plan.name}-results",
-                             group=plan.name, directory=plan.wandb_dir, job_type="summary", mode=mode)
+    centre = spec.centre
+    mode = tracking.prepare_environment(spec.wandb)
+    tracker = tracking.start({"sweep": spec.name, "arms": spec.arms, **spec.base}, enabled=spec.wandb,
+                             project=centre.train.wandb_project, name=f"{spec.name}-results",
+                             group=spec.name, directory=spec.wandb_dir, job_type="summary", mode=mode)
     try:
-        selected = [select_and_test(plan, arm, outcomes(plan, arm, grids[arm]), tracker) for arm in plan.arms]
+        selected = [select_and_test(spec, arm, outcomes(spec, arm, grids[arm]), tracker) for arm in spec.arms]
         rows = [row for row, _ in selected]
         tests = {test.arm: test for _, test in selected if test.n}
         dataset = centre.data.dataset
-        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=f"{len(plan.replicates)} {plan.replicate_kind}")
-        title = f"{plan.name}\n{dataset}: value accuracy, mean ± std over {plan.replicate_kind}"
-        paths = write_results(plan.local_dir, rows, plan.replicate_kind, title, dataset, paper_tables)
+        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=f"{len(spec.replicates)} {spec.replicate_kind}")
+        title = f"{spec.name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
+        paths = write_results(spec.local_dir, rows, spec.replicate_kind, title, dataset, paper_tables)
         tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])
         tracker.log_table("paper_tables", tables.TABLE_COLUMNS, tables.table_rows(tests, dataset))
         tracker.log_table("results_by_replicate", CSV_COLUMNS,

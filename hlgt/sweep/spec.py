@@ -1,4 +1,4 @@
-"""The plan of a sweep: everything a trial needs, decided before Ray starts.
+"""A sweep's specification (``SweepSpec``): everything a trial needs, decided before Ray starts.
 
 Each trial is one (arm, sample, replicate): the base overrides, the arm's overrides
 (``hlgt.config.ABLATIONS``), the sampled configuration and the replicate's fold and seed, in that
@@ -21,7 +21,7 @@ ARM_DATA_KEYS = ("data.graph",)  # the data settings an arm may set: every graph
 
 
 @dataclass
-class Plan:
+class SweepSpec:
     name: str
     storage: str  # the sweep's root: <storage>/<name>/...
     base: dict[str, Any]  # flat overrides common to every trial
@@ -87,32 +87,32 @@ class Plan:
         return keep
 
 
-def check_trials(plan: Plan) -> None:
+def check_trials(spec: SweepSpec) -> None:
     """Every trial's configuration, checked before Ray starts or a shard is built: ``ValueError``
     naming the trial (arm, sampled values, fold and seed) and the bad key."""
-    for arm in plan.arms:
+    for arm in spec.arms:
         other_data = sorted(k for k in ABLATIONS[arm] if k.startswith("data.") and k not in ARM_DATA_KEYS)
         if other_data:
             raise ValueError(f"arm {arm} sets {', '.join(other_data)}, which the sweep's shards (built once per fold "
                              "for every arm) do not vary: sweep it on its own")
-    for arm in plan.arms:
-        for sample, params in enumerate(plan.samples):
-            for replicate, rep in enumerate(plan.replicates):
+    for arm in spec.arms:
+        for sample, params in enumerate(spec.samples):
+            for replicate, rep in enumerate(spec.replicates):
                 try:
-                    Config.from_flat(plan.trial_flat(arm, sample, replicate))  # from_flat checks
+                    Config.from_flat(spec.trial_flat(arm, sample, replicate))  # from_flat checks
                 except ValueError as e:
                     raise ValueError(f"trial {arm} {describe(params)} fold={rep['data.fold']} "
                                      f"seed={rep['train.seed']}: {e}") from None
 
 
-def saved_weights_formats(plan: Plan) -> dict[int, str]:
+def saved_weights_formats(spec: SweepSpec) -> dict[int, str]:
     """The weights formats of the models an earlier sweep of this name saved: format -> one folder
     holding it (empty when the sweep is new)."""
     import pyarrow.fs
 
     from hlgt.model.solver import CONFIG_FILE, WEIGHTS_FILE, stored_weights_format
 
-    fs, root = filesystem(plan.root)  # a local absolute path or an S3 URI
+    fs, root = filesystem(spec.root)  # a local absolute path or an S3 URI
     files = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True, recursive=True))
     found: dict[int, str] = {}
     for f in files:
@@ -127,42 +127,42 @@ def saved_weights_formats(plan: Plan) -> dict[int, str]:
     return found
 
 
-def check_saved_weights(plan: Plan) -> None:
+def check_saved_weights(spec: SweepSpec) -> None:
     """Before a sweep resumes: ``ValueError`` when an earlier sweep of this name saved models of
     another weights format than this version computes (its finished trials would be kept, and
     their models could not be loaded for the test evaluation)."""
     from hlgt.model.solver import WEIGHTS_FORMAT
 
-    stale = {fmt: folder for fmt, folder in saved_weights_formats(plan).items() if fmt != WEIGHTS_FORMAT}
+    stale = {fmt: folder for fmt, folder in saved_weights_formats(spec).items() if fmt != WEIGHTS_FORMAT}
     if stale:
         fmt, folder = next(iter(stale.items()))
-        raise ValueError(f"{plan.root} holds models of weights format {fmt} (e.g. {folder}), saved by an earlier "
+        raise ValueError(f"{spec.root} holds models of weights format {fmt} (e.g. {folder}), saved by an earlier "
                          f"version; this version computes format {WEIGHTS_FORMAT}: re-run with --fresh to retrain "
                          f"every trial (the earlier results under this name are removed), or give another --name")
 
 
-def sole_sweep(plan: Plan) -> contextlib.AbstractContextManager:
+def sole_sweep(spec: SweepSpec) -> contextlib.AbstractContextManager:
     """The lock of the sweep's folder while it runs: two sweeps of one name at once would write the
     same Tune state, checkpoints and results (and the --fresh of one would remove the other's), so
     the second is refused."""
-    return sole_writer(plan.root, f"another sweep is running {plan.root}: let it finish, or give this one another --name")
+    return sole_writer(spec.root, f"another sweep is running {spec.root}: let it finish, or give this one another --name")
 
 
-def settings(plan: Plan) -> dict[str, Any]:
+def settings(spec: SweepSpec) -> dict[str, Any]:
     """What the sweep's trials train, flat: every config key but where files go and how a run runs
     (``loop.PLACEMENT_KEYS``), then the arms, configurations, replicates and scheduler."""
     from hlgt.train.loop import PLACEMENT_KEYS
 
-    flat = {k: v for k, v in plan.centre.to_flat().items() if k not in PLACEMENT_KEYS}
-    flat.update({"sweep.arms": plan.arms, "sweep.samples": plan.samples, "sweep.replicates": plan.replicates,
-                 "sweep.scheduler": plan.scheduler})
+    flat = {k: v for k, v in spec.centre.to_flat().items() if k not in PLACEMENT_KEYS}
+    flat.update({"sweep.arms": spec.arms, "sweep.samples": spec.samples, "sweep.replicates": spec.replicates,
+                 "sweep.scheduler": spec.scheduler})
     return json.loads(json.dumps(flat))  # as the file reads back (tuples as lists)
 
 
-def check_same_sweep(plan: Plan) -> None:
+def check_same_sweep(spec: SweepSpec) -> None:
     """Before a sweep resumes: ``ValueError`` naming each changed setting when an earlier sweep of
     this name trained other ones (Tune would restore its trials and mix them with these settings)."""
-    fs, root = filesystem(plan.root)
+    fs, root = filesystem(spec.root)
     try:
         with fs.open_input_stream(f"{root}/{SETTINGS_FILE}") as f:
             saved = json.loads(f.read())
@@ -170,53 +170,53 @@ def check_same_sweep(plan: Plan) -> None:
         return
     from hlgt.train.loop import changed_settings
 
-    changed = changed_settings(saved, settings(plan))
+    changed = changed_settings(saved, settings(spec))
     if changed:
-        raise ValueError(f"{plan.root} holds a sweep of other settings ({'; '.join(changed)}): --fresh starts it "
+        raise ValueError(f"{spec.root} holds a sweep of other settings ({'; '.join(changed)}): --fresh starts it "
                          "over, --name NAME runs a new sweep beside it")
 
 
-def save_settings(plan: Plan) -> None:
+def save_settings(spec: SweepSpec) -> None:
     """Write ``settings`` into the sweep's root, for ``check_same_sweep`` when it is re-run; a new
     root (and the local folder of a root on S3) gets the marker of a sweep folder."""
-    claim(plan.root, "sweep")
-    if is_uri(plan.root):
-        claim(str(plan.local_dir), "sweep")
-    fs, root = filesystem(plan.root)
+    claim(spec.root, "sweep")
+    if is_uri(spec.root):
+        claim(str(spec.local_dir), "sweep")
+    fs, root = filesystem(spec.root)
     with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:
-        f.write(json.dumps(settings(plan), indent=1).encode("utf-8"))
+        f.write(json.dumps(settings(spec), indent=1).encode("utf-8"))
 
 
-def check_removable(plan: Plan) -> None:
+def check_removable(spec: SweepSpec) -> None:
     """Before anything else of ``--fresh``: ``ValueError`` unless the sweep's folders are sweep
     folders the project made (or missing)."""
-    check_owned(plan.root, "sweep", "--fresh")
-    if is_uri(plan.root):
-        check_owned(str(plan.local_dir), "sweep", "--fresh")
+    check_owned(spec.root, "sweep", "--fresh")
+    if is_uri(spec.root):
+        check_owned(str(spec.local_dir), "sweep", "--fresh")
 
 
-def remove_earlier(plan: Plan) -> None:
+def remove_earlier(spec: SweepSpec) -> None:
     """``--fresh``: remove what an earlier sweep of this name left (Tune state, checkpoints, W&B
     runs, results), so that every trial trains anew; only from folders the project made."""
-    check_removable(plan)
-    if remove_owned(plan.root, "sweep", "--fresh"):
-        print(f"[sweep] --fresh: removed {plan.root}", flush=True)
-    if is_uri(plan.root):
-        remove_owned(str(plan.local_dir), "sweep", "--fresh")
+    check_removable(spec)
+    if remove_owned(spec.root, "sweep", "--fresh"):
+        print(f"[sweep] --fresh: removed {spec.root}", flush=True)
+    if is_uri(spec.root):
+        remove_owned(str(spec.local_dir), "sweep", "--fresh")
 
 
-def build_shards(plan: Plan, address: str | None = None, prebuilt: str | None = None) -> dict[int, str]:
+def build_shards(spec: SweepSpec, address: str | None = None, prebuilt: str | None = None) -> dict[int, str]:
     """The shard folder of every fold the replicates use: ``prebuilt`` (``--shards``: one folder,
     or a pattern with ``{fold}`` for several folds; checked, never built), else built now unless
     it exists."""
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import use_shards
 
-    folds = sorted({int(r["data.fold"]) for r in plan.replicates})
+    folds = sorted({int(r["data.fold"]) for r in spec.replicates})
     if prebuilt is None:
-        return {fold: str(Path(ensure_shards(plan.centre.override({"data.fold": fold}), address=address)).resolve())
+        return {fold: str(Path(ensure_shards(spec.centre.override({"data.fold": fold}), address=address)).resolve())
                 for fold in folds}
     if len(folds) > 1 and "{fold}" not in prebuilt:
         raise ValueError(f"--shards {prebuilt} is one folder for folds {folds}: give a pattern with {{fold}}")
-    return {fold: str(use_shards(plan.centre.override({"data.fold": fold}), prebuilt.format(fold=fold)).resolve())
+    return {fold: str(use_shards(spec.centre.override({"data.fold": fold}), prebuilt.format(fold=fold)).resolve())
             for fold in folds}
