@@ -69,6 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "cluster/put_wandb_key.py"))

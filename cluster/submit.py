@@ -94,6 +94,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "cluster/submit.py"))

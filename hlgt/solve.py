@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from hlgt.cli import Progress, positive_int
+from hlgt.commands.cli import positive_int
+from hlgt.progress import Progress
 from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
@@ -296,6 +297,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "python -m hlgt.solve"))

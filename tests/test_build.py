@@ -183,8 +183,8 @@ def test_a_damaged_manifest_is_named_and_force_rebuilds_it(tmp_path):
 
 
 def test_an_annotator_model_that_cannot_load_is_one_line_naming_the_option(tmp_path, capsys):
-    from hlgt.cli import run_command
-    from hlgt.data.build import main
+    from hlgt.commands.cli import run_command
+    from hlgt.commands.build import main
 
     argv = ["--dataset", "sample", "--split", "valid", "--no-ray", "--out", str(tmp_path / "s"),
             "--annotator", "ltp", "--annotator-model", str(tmp_path / "no-model")]
@@ -195,7 +195,7 @@ def test_an_annotator_model_that_cannot_load_is_one_line_naming_the_option(tmp_p
 
 
 def test_default_folder_and_cli(tmp_path, monkeypatch):
-    from hlgt.data.build import main
+    from hlgt.commands.build import main
 
     cfg = Config.from_flat({"data.dataset": "mawps", "data.fold": 3, "data.annotator": "ltp"})
     assert shards_path(cfg) == Path.cwd() / "datasets/processed/mawps-fold3-ltp"
@@ -216,21 +216,21 @@ def test_default_folder_and_cli(tmp_path, monkeypatch):
     ("--min-word-freq", "-1", "must be >= 0, got -1"),
 ])
 def test_cli_refuses_a_bad_number_naming_its_option_before_building(tmp_path, capsys, option, value, message):
-    from hlgt.data.build import main
+    from hlgt.commands.build import main
 
     with pytest.raises(SystemExit) as stop:
         main(["--dataset", "sample", "--no-ray", "--out", str(tmp_path / "out"), option, value])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and f"python -m hlgt.data.build: error: argument {option}: {message}" in err
+    assert stop.value.code == 2 and f"hlgt-build: error: argument {option}: {message}" in err
     assert not (tmp_path / "out").exists()
 
 
 def test_cli_help_names_every_dataset_it_takes(capsys):
-    from hlgt.data.build import main
+    from hlgt.commands.build import main
 
     with pytest.raises(SystemExit):
         main(["--help"])
-    assert "usage: python -m hlgt.data.build" in (out := capsys.readouterr().out)
+    assert "usage: hlgt-build" in (out := capsys.readouterr().out)
     assert all(name in out for name in ("sample_zh", "sample_en", "math23k", "mawps", "ape210k"))
 
 
@@ -274,7 +274,7 @@ def test_ape210k_valid_builds_with_every_problem_accounted(tmp_path):
 
 @pytest.mark.realdata
 def test_mawps_without_held_out_validation_trains_on_the_other_four_folds(real_data, tmp_path):
-    from hlgt.data.build import main
+    from hlgt.commands.build import main
 
     assert main(["--dataset", "mawps", "--mawps-folds", "graph2tree", "--no-mawps-valid", "--fold", "0",
                  "--data-dir", str(real_data), "--no-ray", "--shards-dir", str(tmp_path)]) == 0

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hlgt.cli import non_negative_int, positive_int, refuse_flag_keys, run_command
+from hlgt.commands.cli import non_negative_int, positive_int, refuse_flag_keys, run_command
 
 
 def command(*args, debug=False):

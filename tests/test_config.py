@@ -95,7 +95,7 @@ def test_a_hand_edited_model_config_with_a_size_beyond_reason_is_one_line(model_
     import json
     import shutil
 
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
     from hlgt.solve import main
 
     edited = tmp_path / "best"

@@ -191,7 +191,7 @@ def test_cli_evaluates_a_file_the_model_was_not_trained_on(model_dir, tmp_path, 
 
 
 def test_evaluating_a_file_that_has_no_scorable_problem_is_one_line(model_dir, tmp_path, capsys):
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     too_long = {"id": "x", "original_text": "A farmer has 3 apples" + " and pears" * 300 + ".", "ans": "3"}
     path = _problem_file(tmp_path / "empty.jsonl", [too_long], "generic")
@@ -274,7 +274,7 @@ def test_a_file_of_odd_records_is_scored_around_them_naming_file_and_line(model_
 
 
 def test_a_file_is_prepared_a_chunk_at_a_time_with_the_same_rows(model_dir, tmp_path):
-    from hlgt.data.build import FileCounts, file_chunks
+    from hlgt.data.annotate import FileCounts, file_chunks
     import hlgt.data.splits as splits
 
     path = splits.SAMPLE_DIR / "en_train.json"

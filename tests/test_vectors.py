@@ -43,7 +43,7 @@ def test_the_command_writes_a_file_the_training_loop_reads(tmp_path, one_thread)
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     assert run_command(vectors_command.main, "vectors", ["--shards", str(tmp_path / "none"), "--out", str(tmp_path / "v")]) == 2
     assert "no manifest.json" in capsys.readouterr().err

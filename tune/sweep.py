@@ -55,7 +55,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hlgt.cli import non_negative_int, positive_float, positive_int
+from hlgt.commands.cli import non_negative_int, positive_float, positive_int
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, parse_overrides
 from hlgt.storage import check_name, is_uri, storage_root
 from hlgt.sweep.experiments import run
@@ -311,6 +311,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "tune/sweep.py"))

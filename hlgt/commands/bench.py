@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys, run_command
+from hlgt.commands.cli import device, non_negative_int, positive_int, refuse_flag_keys, run_command
 from hlgt.config import ABLATIONS, Config, ablation_arms, parse_overrides
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import load_rows, load_vocab, use_shards

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hlgt.cli import run_command
+from hlgt.commands.cli import run_command
 from hlgt.train.compare import METRICS, compare, markdown
 
 PROG = "hlgt-compare"

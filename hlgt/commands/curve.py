@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys, run_command
+from hlgt.commands.cli import device, non_negative_int, positive_int, refuse_flag_keys, run_command
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, parse_overrides
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hlgt.cli import run_command
+from hlgt.commands.cli import run_command
 from hlgt.data.vectors import corpus, train_vectors, write_vectors
 
 PROG = "hlgt-vectors"

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from hlgt.cli import non_negative_int, positive_int
+from hlgt.commands.cli import non_negative_int, positive_int
 from hlgt.data.clean import DROP_REASONS, MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import ReadResult
 from hlgt.data.splits import (DATASETS, MAWPS_FOLD_FILES, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir,
@@ -133,6 +133,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "python -m hlgt.data.report"))

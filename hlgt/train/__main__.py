@@ -157,6 +157,6 @@ def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "python -m hlgt.train"))

@@ -24,7 +24,7 @@ model's vocabulary and constants), printing both accuracies, Table 4 and the dec
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
 
-With ``--data``, the file is read, prepared and decoded ``hlgt.data.build.FILE_CHUNK`` problems at a time, in
+With ``--data``, the file is read, prepared and decoded ``hlgt.data.annotate.FILE_CHUNK`` problems at a time, in
 bounded memory, and the predictions file is written as it goes and replaces the old one whole at
 the end (``--out`` is checked before anything is evaluated). Problems that cannot be scored
 (unreadable records, over the limits, an annotation that fails) are counted and reported, the
@@ -50,8 +50,10 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hlgt.config import Config
-from hlgt.cli import Progress, device, non_negative_int, positive_int
-from hlgt.data.build import FileCounts, ensure_shards, file_chunks
+from hlgt.commands.cli import device, non_negative_int, positive_int
+from hlgt.progress import Progress
+from hlgt.data.annotate import FileCounts, file_chunks
+from hlgt.data.build import ensure_shards
 from hlgt.data.collate import collate, trainable
 from hlgt.data.shards import load_rows, use_shards
 from hlgt.expr import ExprError, eval_prefix, values_match
@@ -366,6 +368,6 @@ def file_summary(tally: Tally, counts: FileCounts) -> str:
 
 
 if __name__ == "__main__":
-    from hlgt.cli import run_command
+    from hlgt.commands.cli import run_command
 
     sys.exit(run_command(main, "python -m hlgt.train.evaluate"))
