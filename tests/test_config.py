@@ -45,13 +45,13 @@ def test_ablation_arms_are_checked_in_one_place():
         C.ablation_arms("gts,nope")
 
 
-@pytest.mark.parametrize("module", ["hlgt.train.__main__", "hlgt.commands.bench", "hlgt.commands.curve"])
+@pytest.mark.parametrize("module", ["hlgt.commands.train", "hlgt.commands.bench", "hlgt.commands.curve"])
 @pytest.mark.parametrize("flag", ["--ablation", "old name"])
 def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     import importlib
 
     main = importlib.import_module(module).main
-    old = {"hlgt.train.__main__": "--arm"}.get(module, "--arms")
+    old = {"hlgt.commands.train": "--arm"}.get(module, "--arms")
     with pytest.raises(ValueError, match="unknown ablation arm 'nope'; the arms are full, "):
         main(["--dataset", "sample", "--ablation" if flag == "--ablation" else old, "nope"])
 

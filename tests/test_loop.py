@@ -161,7 +161,7 @@ def test_report_is_required(shards):
 
 
 def test_train_command_config_and_run_name():
-    from hlgt.train.__main__ import build_parser, make_config, run_name
+    from hlgt.commands.train import build_parser, make_config, run_name
 
     args = build_parser().parse_args(["--dataset", "mawps", "--fold", "2", "--arm", "gts", "--set", "train.seed=4"])
     cfg = make_config(args)
@@ -180,7 +180,7 @@ def test_train_command_config_and_run_name():
 
 def _command(shards, out, *more, ray=False):
     """``python -m hlgt.train`` on the tiny model into ``out``, in process unless ``ray``."""
-    from hlgt.train.__main__ import main
+    from hlgt.commands.train import main
 
     sets = [f"{k}={v}" for k, v in TINY.items() if k != "data.dataset"]
     return main(["--dataset", "sample", "--shards", str(shards), *([] if ray else ["--no-ray"]), "--storage", str(out),
