@@ -1,7 +1,6 @@
 """The sweep: search space sampling, the spec, the results table and chart, the command line
-(``tune/sweep.py``, loaded from its file); and (Ray) a two-arm sweep on the sample data that writes
+(``hlgt.commands.sweep``, run as ``tune/sweep.py``); and (Ray) a two-arm sweep on the sample data that writes
 the table, the chart, the best models and one offline W&B run per trial."""
-import importlib.util
 import json
 import math
 import pickle
@@ -11,21 +10,12 @@ import pytest
 
 from hlgt import config as C
 from hlgt.sweep import results, space
+from hlgt.commands import sweep as command
 from hlgt.sweep.spec import SweepSpec, build_shards
 
 CENTRE = {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1, "train.lr": 1e-3}
 
 
-def load_command():
-    """``tune/sweep.py`` as a module (a script, not part of the installed package)."""
-    path = Path(__file__).resolve().parents[1] / "tune" / "sweep.py"
-    spec = importlib.util.spec_from_file_location("sweep_command", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-command = load_command()
 
 
 def test_parse_values():
