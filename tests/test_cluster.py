@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,21 +121,39 @@ def test_ssh_is_closed_to_the_world_and_opened_to_one_range():
     assert ssh.changes(done, "198.51.100.7/32") == ([], [])  # a second `ray up` changes nothing
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_head(temp: Path) -> None:
+    """Stop the processes of the Ray head started with ``--temp-dir=temp`` (each names the folder on
+    its command line), not every Ray on the machine as ``ray stop`` would: a user's own Ray work
+    beside the tests goes on."""
+    for sig in ("TERM", "KILL"):
+        subprocess.run(["pkill", f"-{sig}", "-f", str(temp)], capture_output=True)
+        time.sleep(2)
+
+
 @pytest.fixture(scope="module")
 def local_ray_with_jobs(tmp_path_factory):
-    """A local Ray head with the dashboard (the Jobs API lives there), stopped afterwards."""
+    """A local Ray head with the dashboard (the Jobs API lives there and needs its agent) on free
+    ports, so that another Ray on the machine is neither joined nor in the way; stopped afterwards."""
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
-    port = "8275"
+    port = str(_free_port())
     temp = tmp_path_factory.mktemp("ray")
     start = subprocess.run(
         ["ray", "start", "--head", "--num-cpus=2", "--include-dashboard=true", f"--dashboard-port={port}",
-         "--port=6390", "--disable-usage-stats", f"--temp-dir={temp}"],
+         f"--port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats",
+         f"--temp-dir={temp}"],
         env=env, capture_output=True, text=True, timeout=120,
     )
     if start.returncode != 0:
+        _stop_head(temp)
         pytest.fail(f"ray start failed:\n{start.stdout}\n{start.stderr}")
     yield f"http://127.0.0.1:{port}", env
-    subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+    _stop_head(temp)
 
 
 def _submit(address, env, *command, timeout=60):
