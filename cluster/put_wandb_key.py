@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         done = subprocess.run(command)
     if done.returncode != 0:
-        print(f"ray rsync-up failed (status {done.returncode}): is the cluster up (`ray up {cluster}`)?", file=sys.stderr)
+        print(f"ray rsync-up failed (status {done.returncode}): is the cluster up (`ray up {cluster}`)?",
+              file=sys.stderr)
         return 1
     print(f"the key is on the head node as {REMOTE_DIR}{KEY_NAME}; workers get it when they start")
     return 0

@@ -65,7 +65,8 @@ def changes(permissions: list[dict], cidr: str) -> tuple[list[dict], list[dict]]
         if v4 or v6:
             revoke.append({**base, **({"IpRanges": [{"CidrIp": r["CidrIp"]} for r in v4]} if v4 else {}),
                            **({"Ipv6Ranges": [{"CidrIpv6": r["CidrIpv6"]} for r in v6]} if v6 else {})})
-        ranges = [r.get("CidrIp") for r in rule.get("IpRanges", [])] + [r.get("CidrIpv6") for r in rule.get("Ipv6Ranges", [])]
+        ranges = ([r.get("CidrIp") for r in rule.get("IpRanges", [])]
+                  + [r.get("CidrIpv6") for r in rule.get("Ipv6Ranges", [])])
         present |= cidr in ranges
     key = "Ipv6Ranges" if ":" in cidr else "IpRanges"
     field = "CidrIpv6" if ":" in cidr else "CidrIp"

@@ -40,7 +40,8 @@ def runtime_env(upload: bool) -> dict:
     return env
 
 
-def submit(address: str, command: list[str], upload: bool = True, job_id: str | None = None) -> tuple[JobSubmissionClient, str]:
+def submit(address: str, command: list[str], upload: bool = True,
+           job_id: str | None = None) -> tuple[JobSubmissionClient, str]:
     client = JobSubmissionClient(address)
     env = runtime_env(upload)
     job_id = client.submit_job(entrypoint=shlex.join(command), runtime_env=env, submission_id=job_id)

@@ -28,7 +28,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-RAY = "ray[default,data,train,tune]==2.60.0"  # default: the dashboard, which local Ray starts with (hlgt.ray_session.start_ray)
+# The extra `default`: the dashboard, which local Ray starts with (hlgt.ray_session.start_ray)
+RAY = "ray[default,data,train,tune]==2.60.0"
 # What training and sweeping import besides Ray and torch (W&B only when it logs: --also wandb).
 # The annotators (jieba, TextBlob) are not needed where shards are carried in, and jieba has no wheel.
 ALSO = "pyyaml,matplotlib"
@@ -135,7 +136,8 @@ def build(args: argparse.Namespace) -> None:
     for wheel in out.glob("ray-*.whl"):
         print(f"[wheelhouse] {wheel.name}: {slim_wheel(wheel, SLIM_GLOBS)} unused files removed")
     parts = pack(out, args.part_mib)
-    print(f"[wheelhouse] {len(parts)} part(s): " + ", ".join(f"{p.name} {p.stat().st_size / 2**20:.1f} MiB" for p in parts))
+    print(f"[wheelhouse] {len(parts)} part(s): "
+          + ", ".join(f"{p.name} {p.stat().st_size / 2**20:.1f} MiB" for p in parts))
 
 
 def install(args: argparse.Namespace) -> None:
@@ -165,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--python", default="3.12", help="the target's Python version")
     b.add_argument("--platform", default="manylinux2014_x86_64", help="the target's wheel platform tag")
     b.add_argument("--also", default=ALSO, help="packages besides Ray, comma-separated (default %(default)s)")
-    b.add_argument("--have", default="", help="packages the target already has, comma-separated (their wheels are left out)")
+    b.add_argument("--have", default="",
+                   help="packages the target already has, comma-separated (their wheels are left out)")
     b.add_argument("--part-mib", type=float, default=60.0, help="largest part, MiB")
     b.add_argument("--dry-run", action="store_true")
     i = sub.add_parser("install", help="join the parts, unpack and install (no index needed)", allow_abbrev=False)

@@ -43,8 +43,10 @@ class DataConfig:
     dataset: str = "sample"  # sample | math23k | mawps | ape210k
     data_dir: str = field(default_factory=default_data_dir)
     fold: int = 0  # MAWPS cross-validation fold (0..4)
-    mawps_folds: str = "grouped"  # grouped (no text in two folds) | graph2tree (file-order folds) | graph2tree-1921 (Graph2Tree's code's)
-    mawps_valid: bool = True  # False: the fold's validation problems train too (the literature's protocol; last epoch kept)
+    # grouped (no text in two folds) | graph2tree (file-order folds) | graph2tree-1921 (Graph2Tree's code's)
+    mawps_folds: str = "grouped"
+    # False: the fold's validation problems train too (the literature's protocol; last epoch kept)
+    mawps_valid: bool = True
     annotator: str = "offline"  # offline | ltp | hanlp
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
     shards_dir: str = field(default_factory=lambda: storage_path("datasets", "processed"))
@@ -68,7 +70,8 @@ class ModelConfig:
     comparison_init: str = "zeros"  # zeros (Dozat & Manning's biaffine starts at 0) | uniform (nn.Bilinear's draw)
     beam_size: int = 5
     max_output_len: int = 45
-    bf16_inference: bool = False  # decoding only: the encoder's CPU GRUs multiply in bfloat16 (~1.3x decoding; CUDA keeps cuDNN float32)
+    # decoding only: the encoder's CPU GRUs multiply in bfloat16 (~1.3x decoding; CUDA keeps cuDNN float32)
+    bf16_inference: bool = False
 
 
 @dataclass
@@ -87,8 +90,10 @@ class TrainConfig:
     use_gpu: bool = False
     threads: int = 0  # torch intra-op threads per worker; 0 leaves torch's default
     compile: bool = False  # torch.compile the decoder's tree levels and the HLGT graph layers (Solver.compile_parts)
-    cuda_graphs: bool = False  # GPU, one process: replay the step after the BiGRUs as CUDA graphs (hlgt.train.cuda_graphs)
-    word_vectors: str = ""  # word2vec/GloVe text file: the word embedding starts from its vectors (as the paper's 300-d ones)
+    # GPU, one process: replay the step after the BiGRUs as CUDA graphs (hlgt.train.cuda_graphs)
+    cuda_graphs: bool = False
+    # word2vec/GloVe text file: the word embedding starts from its vectors (as the paper's 300-d ones)
+    word_vectors: str = ""
     out_dir: str = field(default_factory=lambda: storage_path("runs"))
     wandb: bool = True
     wandb_project: str = "hlgt"
@@ -142,7 +147,8 @@ class Config:
              else f"must be 0: {d.dataset} has no folds (MAWPS alone is cross-validated)"),
             ("data.mawps_folds", not mawps or d.mawps_folds in MAWPS_FOLD_SCHEMES,
              f"must be one of {', '.join(MAWPS_FOLD_SCHEMES)}"),
-            ("data.mawps_valid", mawps or d.mawps_valid, "can be false only for MAWPS (the other datasets' validation is a file)"),
+            ("data.mawps_valid", mawps or d.mawps_valid,
+             "can be false only for MAWPS (the other datasets' validation is a file)"),
             ("model.hidden_size", 1 <= m.hidden_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
             ("model.embedding_size", 1 <= m.embedding_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
             ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,

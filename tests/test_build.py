@@ -183,8 +183,8 @@ def test_a_damaged_manifest_is_named_and_force_rebuilds_it(tmp_path):
 
 
 def test_an_annotator_model_that_cannot_load_is_one_line_naming_the_option(tmp_path, capsys):
-    from hlgt.commands.cli import run_command
     from hlgt.commands.build import main
+    from hlgt.commands.cli import run_command
 
     argv = ["--dataset", "sample", "--split", "valid", "--no-ray", "--out", str(tmp_path / "s"),
             "--annotator", "ltp", "--annotator-model", str(tmp_path / "no-model")]
@@ -245,7 +245,8 @@ def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypa
         out = build(SAMPLE, out=tmp_path / "ray", actors=2, batch_size=16)  # uses the running Ray
         assert load_manifest(out)["build"]["actors"] == 2
         for split in SPLITS:
-            assert load_manifest(out)["splits"][split]["shards"] == load_manifest(sample_shards)["splits"][split]["shards"]
+            assert (load_manifest(out)["splits"][split]["shards"]
+                    == load_manifest(sample_shards)["splits"][split]["shards"])
             for name in load_manifest(out)["splits"][split]["shards"]:
                 assert pq.read_table(out / split / name).equals(pq.read_table(sample_shards / split / name))
         # Ray Train's reading path (hlgt.train.launch): read_parquet, Arrow batches, Python rows.

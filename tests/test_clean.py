@@ -4,9 +4,9 @@ from collections import Counter
 
 import pytest
 
+from hlgt.data import splits
 from hlgt.data.clean import clean_split, learn_constants, over_limits
 from hlgt.data.numbers import to_example
-from hlgt.data import splits
 from hlgt.data.problems import Problem
 from hlgt.data.splits import (
     MAWPS_FOLD_FILES,
@@ -17,7 +17,6 @@ from hlgt.data.splits import (
     mawps_fold_ids,
     read_split,
 )
-
 
 
 def _p(pid, text, equation, answer):
@@ -69,7 +68,8 @@ def test_problems_over_the_limits_are_counted_skips_in_every_split():
     for train in (True, False):
         result = clean_split([problem, many], train=train, constants=None if train else [])
         assert result.dropped == Counter(too_long=1, too_many_quantities=1) and result.examples == []
-    assert over_limits(many.tokens, range(31)) == ("too_many_quantities", "the problem has 31 quantities; the model reads at most 30")
+    assert over_limits(many.tokens, range(31)) == ("too_many_quantities",
+                                                   "the problem has 31 quantities; the model reads at most 30")
     assert over_limits(many.tokens, range(30)) is None
 
 
@@ -270,7 +270,8 @@ def test_real_graph2tree_1921_folds_count_what_they_leave_out(real_data):
         reads = {s: read_split("mawps", s, real_data, fold, "graph2tree-1921", mawps_valid=False)
                  for s in ("train", "valid", "test")}
         assert reads["train"].skipped == Counter(outside_the_folds=452)
-        assert (len(reads["train"].problems), len(reads["test"].problems)) == ((1537, 384) if fold == 0 else (1536, 385))
+        assert ((len(reads["train"].problems), len(reads["test"].problems))
+                == ((1537, 384) if fold == 0 else (1536, 385)))
         assert not reads["valid"].problems
     assert read_split("mawps", "test", real_data, 0, "graph2tree-1921").problems[-1].id == "490"
 

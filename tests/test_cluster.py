@@ -117,7 +117,8 @@ def test_ssh_is_closed_to_the_world_and_opened_to_one_range():
     assert revoke == [{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}],
                        "Ipv6Ranges": [{"CidrIpv6": "::/0"}]}]
     assert authorize[0]["IpRanges"][0]["CidrIp"] == "198.51.100.7/32" and authorize[0]["FromPort"] == 22
-    done = [ray_rules[0], {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "198.51.100.7/32"}]}]
+    done = [ray_rules[0],
+            {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "198.51.100.7/32"}]}]
     assert ssh.changes(done, "198.51.100.7/32") == ([], [])  # a second `ray up` changes nothing
 
 
@@ -167,7 +168,8 @@ def _submit(address, env, *command, timeout=60):
 @pytest.mark.ray
 def test_submit_runs_a_job_and_reports_its_failure(local_ray_with_jobs):
     address, env = local_ray_with_jobs
-    ok = _submit(address, env, "python", "-c", "import os, hlgt.config; print('key sent:', 'WANDB_API_KEY' in os.environ)")
+    ok = _submit(address, env, "python", "-c",
+                 "import os, hlgt.config; print('key sent:', 'WANDB_API_KEY' in os.environ)")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "key sent: False" in ok.stdout and "SUCCEEDED" in ok.stdout
     assert "secret-key-value" not in ok.stdout + ok.stderr
@@ -207,10 +209,11 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     # The prepared device script, on the sample data and the CPU: every step runs and logs.
     # BEFORE: an older commit's package, timed first (here this one, copied).
     shutil.copytree(ROOT / "hlgt", tmp_path / "before" / "hlgt")
+    # STEPS leaves out compiled: compiling takes minutes on a CPU; tests/test_solver.py compiles
     env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", MINUTES="0.2", LIMIT="64",
                BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"),
                PROFILE_STEPS="2", SCHEDULE_MINUTES="0.05", RUNS=str(tmp_path / "runs"),
-               STEPS="probe curves speed profile replay graphs schedule")  # compiling takes minutes on a CPU; tests/test_solver.py compiles
+               STEPS="probe curves speed profile replay graphs schedule")
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
@@ -233,7 +236,8 @@ def test_the_gpu_check_script_runs_the_steps_in_the_order_given_and_names_an_unk
                           text=True, timeout=120)
     assert done.returncode == 1
     lines = done.stderr.splitlines()
-    assert "[gpu_check] no step named nope; the steps: compiled curves graphs probe profile replay schedule speed" in lines
+    assert ("[gpu_check] no step named nope; the steps: compiled curves graphs probe profile replay schedule speed"
+            in lines)
     order = [i for i, line in enumerate(lines) if "one batch's step eager" in line or "no step named" in line
              or "speed with train.cuda_graphs" in line]
     assert len(order) == 3 and order == sorted(order)
@@ -264,7 +268,8 @@ def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, mo
     wheelhouse = _cluster_module("wheelhouse")
     house = tmp_path / "house"
     house.mkdir()
-    wheel = _fake_wheel(house, "raylike", {"raylike/__init__.py": b"VALUE = 7\n", "raylike/jars/dist.jar": os.urandom(4096),
+    wheel = _fake_wheel(house, "raylike", {"raylike/__init__.py": b"VALUE = 7\n",
+                                           "raylike/jars/dist.jar": os.urandom(4096),
                                            "raylike/static/main.js.map": b"{}", "raylike/static/main.js": b"x"})
     _fake_wheel(house, "numpy", {"numpy/__init__.py": b""})
     assert wheelhouse.drop_present(house, ["NumPy", "torch"]) == ["numpy-1.0-py3-none-any.whl"]
@@ -299,7 +304,8 @@ def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, mo
     wheelhouse.main(["build", "--out", str(tmp_path / "w"), "--have", "numpy", "--dry-run"])
     wheelhouse.main(["install", str(parts[0]), "--dry-run", "--into", str(tmp_path / "u2")])
     out = capsys.readouterr().out
-    assert "pip download 'ray[default,data,train,tune]==2.60.0' pyyaml matplotlib --only-binary=:all: --python-version 3.12" in out
+    assert ("pip download 'ray[default,data,train,tune]==2.60.0' pyyaml matplotlib --only-binary=:all: "
+            "--python-version 3.12") in out
     assert f"join {', '.join(p.name for p in parts)}" in out and not (tmp_path / "u2").exists() and len(ran) == 1
 
 

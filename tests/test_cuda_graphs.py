@@ -115,7 +115,8 @@ class _HostData(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("arm", [a for a, o in C.ABLATIONS.items() if o.get("model.encoder", "hlgt") in ("hlgt", "none")])
+@pytest.mark.parametrize("arm", [a for a, o in C.ABLATIONS.items()
+                                 if o.get("model.encoder", "hlgt") in ("hlgt", "none")])
 def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
     # What a capture forbids, or bakes in as the capture's values, a CPU can find on the meta
     # device, whose tensors have shapes but no values: reading a value back (.item(), nonzero,
@@ -178,7 +179,8 @@ def test_replayed_steps_train_as_eager_steps_do(shards, tmp_path, arm):
     for graphs in (False, True):
         cfg = Config.from_flat({**TINY, **C.ABLATIONS[arm], "train.epochs": 3, "train.use_gpu": True,
                                 "train.cuda_graphs": graphs})
-        result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(device=torch.device("cuda")))
+        result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}",
+                            runtime=loop.Runtime(device=torch.device("cuda")))
         runs[graphs] = [m[M.TRAIN_LOSS] for m in result.history]
     assert runs[True] == pytest.approx(runs[False], rel=1e-3)
 

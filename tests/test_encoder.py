@@ -11,7 +11,7 @@ from torch_geometric.nn import HGTConv
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES, line_graph
-from hlgt.model.encoder import ENCODERS, FUSION_GAIN, Encoder, EdgeTypeHGTConv, RelationAwareConv
+from hlgt.model.encoder import ENCODERS, FUSION_GAIN, EdgeTypeHGTConv, Encoder, RelationAwareConv
 from hlgt.model.hlgt_conv import LineGraphConv
 
 VOCAB, EMB, HID, HEADS = 40, 8, 16, 4

@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 
 from hlgt.config import default_data_dir
-from hlgt.expr import (OPS, ExprError, eval_infix, eval_prefix, infix_to_prefix, parse_answer,
-                       parse_number, prefix_to_infix, tokenize_infix, values_match)
+from hlgt.expr import (
+    OPS,
+    ExprError,
+    eval_infix,
+    eval_prefix,
+    infix_to_prefix,
+    parse_answer,
+    parse_number,
+    prefix_to_infix,
+    tokenize_infix,
+    values_match,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 
 from hlgt.data.graph import (
-    EDGE_TYPES, GRAPH_PARTS, GRAPH_VARIANTS, NODE_TYPES, Graph, GraphError, build_graph, graph_stats,
-    is_rate_word, line_graph, select_variant,
+    EDGE_TYPES,
+    GRAPH_PARTS,
+    GRAPH_VARIANTS,
+    NODE_TYPES,
+    Graph,
+    GraphError,
+    build_graph,
+    graph_stats,
+    is_rate_word,
+    line_graph,
+    select_variant,
 )
 from hlgt.data.numbers import Example, Quantity
 from hlgt.data.srl import Annotation, Frame
@@ -54,7 +63,8 @@ def brute_line_graph(src, dst):
 # The paper's Figure 1 problem, as it appears in Math23K (id 858's neighbour; equation
 # x=30/(((7)/(3+7))-(2/5))), with a hand-made LTP-style annotation.
 FIG1 = dict(
-    tokens="运 一批 货物 ， 运走 的 与 剩下 的 比 为 3 ： 7 ， 如果 再 运走 30 吨 ， 那么 剩下 的 货物 只 占 原有 货物 的 (2/5) ， 这 批 货物 原有 多少 吨 ？",
+    tokens="运 一批 货物 ， 运走 的 与 剩下 的 比 为 3 ： 7 ， 如果 再 运走 30 吨 ， "
+           "那么 剩下 的 货物 只 占 原有 货物 的 (2/5) ， 这 批 货物 原有 多少 吨 ？",
     quantities=[(11, 3, "ratio"), (13, 7, "ratio"), (18, 30, "integer"), (30, 0.4, "fraction")],
     pos="VERB OTHER NOUN PUNCT VERB OTHER ADP VERB OTHER NOUN VERB NUM PUNCT NUM PUNCT OTHER ADV VERB NUM UNIT "
         "PUNCT OTHER VERB OTHER NOUN ADV VERB ADJ NOUN OTHER NUM PUNCT PRON UNIT NOUN VERB OTHER UNIT PUNCT",
@@ -86,8 +96,9 @@ def test_figure1_nodes_and_edges():
     assert edges(g, ex, "qcompare") == {("N1", "N0", "GT"), ("N2", "N0", "GT"), ("N2", "N1", "GT"),
                                         ("N0", "N3", "GT"), ("N1", "N3", "GT"), ("N2", "N3", "GT")}
     # N1 ("7") sits between "：" and "，": its clause-bounded cell is empty.
-    assert edges(g, ex, "qcell") == (both("N0", "9", "QCELL") | both("N0", "10", "QCELL") | both("N2", "17", "QCELL")
-                                     | both("N2", "19", "QCELL") | both("N3", "27", "QCELL") | both("N3", "28", "QCELL"))
+    assert edges(g, ex, "qcell") == (both("N0", "9", "QCELL") | both("N0", "10", "QCELL")
+                                     | both("N2", "17", "QCELL") | both("N2", "19", "QCELL")
+                                     | both("N3", "27", "QCELL") | both("N3", "28", "QCELL"))
     assert edges(g, ex, "parse") == set()
     assert (g.num_nodes, g.num_edges) == (16, 17 + 12 + 12 + 6)
     np.testing.assert_array_equal(np.bincount(g.edge_part, minlength=5), [17, 12, 0, 12, 6])

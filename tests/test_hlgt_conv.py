@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.tensors import tensors_to
 from hlgt.data.graph import line_graph
 from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv, TypeGroups
+from hlgt.tensors import tensors_to
 
 D_MODEL, HEADS, N_TYPES, N_REL = 8, 2, 7, 10
 

@@ -17,7 +17,6 @@ from hlgt.data.splits import FILES, LANGS, load_split
 from hlgt.expr import eval_prefix, values_match
 
 
-
 def _q(text: str):
     tokens, quantities = extract_quantities(text.split())
     return tokens, [(q.text, q.kind, q.value, q.position) for q in quantities]

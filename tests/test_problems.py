@@ -5,7 +5,6 @@ import pytest
 
 from hlgt.data.problems import DataFileError, Problem, guess_lang, read_problems
 
-
 RECORDS = [
     {"id": "1", "original_text": "小明有3个苹果", "segmented_text": "小明 有 3 个 苹果",
      "equation": "x=3", "ans": "3"},
@@ -137,7 +136,8 @@ def test_the_generic_format_is_tokenised_as_solve_does(tmp_path):
 def test_a_raw_text_is_tokenised_in_its_files_language(tmp_path):
     # Pure arithmetic in a Chinese file is Chinese: a/b is a division there, a fraction in English.
     path = tmp_path / "f.jsonl"
-    records = [{"id": 1, "original_text": "小明有3个苹果", "ans": "3"}, {"id": 2, "original_text": "840/6/70+630=．", "ans": "632"}]
+    records = [{"id": 1, "original_text": "小明有3个苹果", "ans": "3"},
+               {"id": 2, "original_text": "840/6/70+630=．", "ans": "632"}]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     assert read_problems(path).problems[1].tokens == ("840", "/", "6", "/", "70", "+", "630", "=", "．")
     assert read_problems(path, lang="en").problems[1].tokens == ("840", "/", "6/70", "+", "630", "=", "．")
@@ -256,7 +256,8 @@ def test_json_lines_are_split_on_newlines_only(tmp_path):
     path.write_text(json.dumps(RECORDS[0], ensure_ascii=False) + "\n" + json.dumps(record, ensure_ascii=False)
                     + "\n" + '{"id": "9", "segmented_text": "broken\n', encoding="utf-8")
     result = read_problems(path)
-    assert [p.id for p in result.problems] == ["1", "2"] and result.problems[1].tokens == ("Tom", "has", "5", "pens", ".")
+    assert ([p.id for p in result.problems] == ["1", "2"]
+            and result.problems[1].tokens == ("Tom", "has", "5", "pens", "."))
     assert result.skipped == {"malformed_json": 1}
     assert result.notes[0].startswith(f"{path}:3: malformed_json (Unterminated string")
 

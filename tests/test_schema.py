@@ -8,7 +8,14 @@ import pytest
 from hlgt.data.graph import Graph, build_graph, line_graph
 from hlgt.data.numbers import Example, Quantity
 from hlgt.data.schema import (
-    SCHEMA, SCHEMA_VERSION, check_schema, from_row, graph_to_row, graphs_equal, rows_to_table, to_row,
+    SCHEMA,
+    SCHEMA_VERSION,
+    check_schema,
+    from_row,
+    graph_to_row,
+    graphs_equal,
+    rows_to_table,
+    to_row,
 )
 from hlgt.data.srl import Annotation, Frame
 

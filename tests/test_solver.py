@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from hlgt.config import ModelConfig
-from hlgt.metrics import ACTIVATIONS, MODEL_PARTS
 from hlgt.data.collate import collate
 from hlgt.data.graph import Graph, line_graph
 from hlgt.data.numbers import Example, Quantity
 from hlgt.data.schema import to_row
 from hlgt.data.vocab import Vocab
 from hlgt.expr import OPS, ExprError, eval_prefix, values_match
+from hlgt.metrics import ACTIVATIONS, MODEL_PARTS
 from hlgt.model.comparison import Comparison
 from hlgt.model.solver import Solver
 

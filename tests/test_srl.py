@@ -12,9 +12,24 @@ import pytest
 
 from hlgt.config import default_data_dir
 from hlgt.data.srl import (
-    POS_TAGS, Annotation, AnnotationError, AnnotatorLoadError, Frame, HanLPAnnotator, LTPAnnotator,
-    OfflineAnnotator, _clauses, _rule_frames, _rule_heads, coarse_pos, finish_pos, heads_from_one_based,
-    is_quantity, make_annotator, normalise_frames, normalise_role,
+    POS_TAGS,
+    Annotation,
+    AnnotationError,
+    AnnotatorLoadError,
+    Frame,
+    HanLPAnnotator,
+    LTPAnnotator,
+    OfflineAnnotator,
+    _clauses,
+    _rule_frames,
+    _rule_heads,
+    coarse_pos,
+    finish_pos,
+    heads_from_one_based,
+    is_quantity,
+    make_annotator,
+    normalise_frames,
+    normalise_role,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "srl"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hlgt import config as C
-from hlgt.sweep import results, space
 from hlgt.commands import sweep as command
+from hlgt.sweep import results, space
 from hlgt.sweep.spec import SweepSpec, build_shards
 
 CENTRE = {"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1, "train.lr": 1e-3}
@@ -57,7 +57,8 @@ def test_smoke_plan(tmp_path):
     assert spec.arms == ["full", "no_line_graph"]  # the reference arm is added
     assert spec.samples == [{"model.heads": 4, "model.layers": 2, "model.beta_com": 0.1}]
     assert spec.replicates == [{"data.fold": 0, "train.seed": 1}, {"data.fold": 0, "train.seed": 2}]
-    assert spec.base["data.dataset"] == "sample" and spec.base["model.hidden_size"] == command.SMOKE["model.hidden_size"]
+    assert (spec.base["data.dataset"] == "sample"
+            and spec.base["model.hidden_size"] == command.SMOKE["model.hidden_size"])
     assert spec.trial_flat("no_line_graph", 0, 1)["model.line_graph"] is False
     assert spec.trial_flat("no_line_graph", 0, 1)["train.seed"] == 2
     assert spec.shards == {0: str(tmp_path / "processed" / "sample-offline")}
@@ -150,7 +151,8 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
 
 
 def test_an_arm_trains_each_distinct_model_once(tmp_path):
-    spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "gts", "no_aux_task"],
+    spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"},
+                     arms=["full", "gts", "no_aux_task"],
                       samples=[{"model.heads": 4, "model.beta_com": 0.1}, {"model.heads": 2, "model.beta_com": 0.1},
                                {"model.heads": 4, "model.beta_com": 0.2}, {"model.heads": 8, "model.beta_com": 0.2}],
                       replicates=[{"data.fold": 0, "train.seed": 1}], shards={})
@@ -385,7 +387,8 @@ def test_a_re_run_of_other_settings_is_refused_naming_each_change(tmp_path):
                           (["--num-samples", "2"], r"sweep.samples \[.*\] -> \[.*\]"),
                           (["--seeds", "1,2"], r"sweep.replicates \[.*\] -> \[.*\]"),
                           (["--scheduler", "fifo"], "sweep.scheduler 'asha' -> 'fifo'")):
-        with pytest.raises(ValueError, match=rf"{spec.root} holds a sweep of other settings \({change}\): --fresh starts"):
+        with pytest.raises(ValueError,
+                           match=rf"{spec.root} holds a sweep of other settings \({change}\): --fresh starts"):
             command.main(argv + extra)
     remove_earlier(spec)  # --fresh: the earlier settings go with the sweep
     check_same_sweep(command.make_spec(command.build_parser().parse_args(argv + ["--ablation", "gts"])))
@@ -434,7 +437,8 @@ def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, caps
                           ("ablation: 5\n", "ablation must be an arm name or a list of them, got 5"),
                           ("scheduler: foo\n", "scheduler must be one of asha, median, fifo, got 'foo'"),
                           ("space:\n  train.lr: {uniform: 5}\n", r"'train.lr' must be a list of values or \{uniform"),
-                          ("space:\n  train.lr: {uniform: [a, b]}\n", r"'train.lr' must be a list of values or \{uniform")):
+                          ("space:\n  train.lr: {uniform: [a, b]}\n",
+                           r"'train.lr' must be a list of values or \{uniform")):
         space.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=message):
             command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
@@ -444,7 +448,8 @@ def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, caps
     with pytest.raises(ValueError, match=f"--storage {tmp_path / 'file'} is a file, not a folder"):
         command.main(["--storage", str(tmp_path / "file")])
     for flag, value, message in (("--cpus-per-trial", "-1", "must be > 0"), ("--cpus-per-trial", "0", "must be > 0"),
-                                 ("--max-concurrent", "-3", "must be >= 0"), ("--workers-per-trial", "0", "must be >= 1")):
+                                 ("--max-concurrent", "-3", "must be >= 0"),
+                                 ("--workers-per-trial", "0", "must be >= 1")):
         with pytest.raises(SystemExit):
             command.build_parser().parse_args([flag, value])
         assert f"argument {flag}: {message}" in capsys.readouterr().err

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from hlgt.config import Config
 from hlgt.commands import vectors as vectors_command
+from hlgt.config import Config
 from hlgt.data import vectors
 from hlgt.data.vocab import Vocab, read_word_vectors
 
@@ -12,7 +12,8 @@ def test_words_in_the_same_contexts_get_close_vectors(one_thread):
     # "apple" and "pear" share every context, "car" shares none of theirs.
     sentences = [["tom", "eats", fruit, "today"] for fruit in ("apple", "pear")] * 200
     sentences += [["ann", "drives", "car", "fast"]] * 200
-    vecs = vectors.train_vectors(sentences, dim=16, window=2, epochs=3, sample=1.0, batch=256, lr=0.02, log=lambda _: None)
+    vecs = vectors.train_vectors(sentences, dim=16, window=2, epochs=3, sample=1.0, batch=256, lr=0.02,
+                                 log=lambda _: None)
     v = {w: torch.tensor(x) for w, x in vecs.items()}
     cos = torch.nn.functional.cosine_similarity
     assert cos(v["apple"], v["pear"], dim=0) > cos(v["apple"], v["car"], dim=0) + 0.3
@@ -45,7 +46,8 @@ def test_the_command_writes_a_file_the_training_loop_reads(tmp_path, one_thread)
 def test_bad_arguments_are_one_line(tmp_path, capsys):
     from hlgt.commands.cli import run_command
 
-    assert run_command(vectors_command.main, "vectors", ["--shards", str(tmp_path / "none"), "--out", str(tmp_path / "v")]) == 2
+    assert run_command(vectors_command.main, "vectors",
+                       ["--shards", str(tmp_path / "none"), "--out", str(tmp_path / "v")]) == 2
     assert "no manifest.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         vectors_command.main(["--shards", str(tmp_path), "--out", "v", "--dim", "0"])

@@ -162,7 +162,8 @@ def _print_profile(run: _Inputs) -> None:
     for arm in run.arms:
         r = profile_steps(run.arm_cfg(arm), run.rows, run.vocab, a.profile)
         by_op = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["syncs"].items())
-        print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} | {r['cpu_gru_ops_per_step']:.0f} "
+        print(f"| {arm} | {r['ops_per_step']:.0f} | {r['top_level_ops_per_step']:.0f} "
+              f"| {r['cpu_gru_ops_per_step']:.0f} "
               f"| {r['other_ops_per_step']:.0f} | {r['other_top_level_ops_per_step']:.0f} "
               f"| {r['launching_ops_per_step']:.0f} "
               f"| {r['optimizer_ops_per_step']:.0f} | {r['syncs_per_step']:.1f} | {by_op} |",
@@ -193,7 +194,8 @@ def _print_replay(run: _Inputs, device: torch.device) -> None:
                   f"{k['busy_ms_per_step']:.1f} ms per step (profiled)", flush=True)
         print(f"[bench] {arm}: eager {r['eager_ms_per_step']:.1f} ms per step, replayed "
               f"{r['replay_ms_per_step']:.1f} ms ({r['eager_ms_per_step'] / r['replay_ms_per_step']:.1f}x); "
-              f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}", flush=True)
+              f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}",
+              flush=True)
 
 
 def _print_time_steps(run: _Inputs, device: torch.device) -> None:
@@ -251,7 +253,8 @@ def _print_speed(run: _Inputs, device: torch.device) -> None:
 def _print_speed_table(results: dict[str, dict], beam: int, bf16: bool) -> None:
     ref = results.get("gts")
     extra = " bf16 decode problems/s | bf16 predictions changed |" if bf16 else ""
-    print(f"\n| arm | parameters | train problems/s | beam-{beam} decode problems/s | train × gts | decode × gts |{extra}")
+    print(f"\n| arm | parameters | train problems/s | beam-{beam} decode problems/s "
+          f"| train × gts | decode × gts |{extra}")
     print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if bf16 else ""))
     for arm, r in results.items():
         ratio = (lambda k: f"{r[k] / ref[k]:.2f}") if ref else (lambda k: "n/a")

@@ -36,20 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--dataset", default="sample",
-                   help="sample | sample_zh | sample_en | math23k | mawps | ape210k (sample_zh, sample_en: one language)")
+                   help="sample | sample_zh | sample_en | math23k | mawps | ape210k "
+                        "(sample_zh, sample_en: one language)")
     p.add_argument("--split", action="append", choices=SPLITS, help="split(s) to build (repeatable; default all)")
     p.add_argument("--fold", type=non_negative_int, default=0, help="MAWPS fold (0..4)")
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
                    help="MAWPS fold scheme (data.mawps_folds; see hlgt.data.splits)")
     p.add_argument("--no-mawps-valid", action="store_true",
                    help="MAWPS: no held-out validation, its problems train (data.mawps_valid=false)")
-    p.add_argument("--data-dir", default=None, help="real datasets folder (default $HLGT_DATA_DIR or ../shared/datasets)")
+    p.add_argument("--data-dir", default=None,
+                   help="real datasets folder (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--annotator", default="offline", help="offline | ltp | hanlp")
     p.add_argument("--annotator-model", default="", help="LTP / HanLP model id or local directory")
     p.add_argument("--min-const-freq", type=non_negative_int, default=None)
     p.add_argument("--min-word-freq", type=non_negative_int, default=None)
     p.add_argument("--shards-dir", default=None, help="parent of the default output folder (config data.shards_dir)")
-    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-graph2tree][-novalid][-fold<k>]-<annotator>)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default <shards-dir>/<dataset>[-graph2tree][-novalid][-fold<k>]-<annotator>)")
     p.add_argument("--actors", type=_actor_list, default=[1],
                    help="annotation actors (default 1; 0 = in-process); with --bench a list such as 1,2")
     p.add_argument("--no-ray", action="store_true", help="annotate in this process (same as --actors 0)")

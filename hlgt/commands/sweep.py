@@ -60,9 +60,18 @@ from hlgt.commands.cli import non_negative_int, positive_float, positive_int, ru
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, parse_overrides
 from hlgt.storage import check_name, is_uri, storage_root
 from hlgt.sweep.experiments import run as run_sweep
-from hlgt.sweep.spec import (SweepSpec, build_shards, check_removable, check_same_sweep, check_saved_weights, check_trials,
-                             remove_earlier, save_settings, sole_sweep)
 from hlgt.sweep.space import DEFAULT_SPACE, check_space, parse_values, sample_configs, space_size
+from hlgt.sweep.spec import (
+    SweepSpec,
+    build_shards,
+    check_removable,
+    check_same_sweep,
+    check_saved_weights,
+    check_trials,
+    remove_earlier,
+    save_settings,
+    sole_sweep,
+)
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
 PROG = "hlgt-sweep"
@@ -82,7 +91,8 @@ SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "m
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="HLGT hyperparameter and ablation sweep on Ray Tune.",
                                 allow_abbrev=False)
-    p.add_argument("--dataset", default=None, help="sample | math23k | mawps | ape210k (default mawps; sample with --smoke-test)")
+    p.add_argument("--dataset", default=None,
+                   help="sample | math23k | mawps | ape210k (default mawps; sample with --smoke-test)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None,
                    help="prebuilt shard folder to train on as is (no raw data or annotator needed); for several "
@@ -115,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-trial", type=float, default=None,
                    help="GPUs per training worker (0: CPUs only; default: on a cluster with GPUs, as many "
                         "trials per GPU as fit in its memory, measured by one probe step)")
-    p.add_argument("--max-concurrent", type=non_negative_int, default=0, help="trials at once (default: what the cluster fits)")
+    p.add_argument("--max-concurrent", type=non_negative_int, default=0,
+                   help="trials at once (default: what the cluster fits)")
     p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
@@ -124,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", default=None, help="results root (default $HLGT_STORAGE/sweeps, else runs/sweeps)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--no-wandb", action="store_true", help="no W&B runs")
-    p.add_argument("--smoke-test", action="store_true", help="the whole path on the sample data in a few minutes on a CPU")
+    p.add_argument("--smoke-test", action="store_true",
+                   help="the whole path on the sample data in a few minutes on a CPU")
     p.add_argument("--verbose", action="store_true",
                    help="Ray's, Tune's and the workers' own output (default: one line per trial per epoch)")
     return p
@@ -207,7 +219,8 @@ def base_overrides(args: argparse.Namespace, from_file: dict, dataset: str) -> d
 
 def search_space(args: argparse.Namespace, from_file: dict) -> dict[str, Any]:
     """The YAML's ``space`` (else the default one), with the search flags' values over it."""
-    space = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in (from_file.get("space") or DEFAULT_SPACE).items()}
+    space = {k: list(v) if isinstance(v, (list, tuple)) else v
+             for k, v in (from_file.get("space") or DEFAULT_SPACE).items()}
     for flag, key in SEARCH_FLAGS.items():
         if getattr(args, flag):
             space[key] = parse_values(getattr(args, flag))
@@ -234,7 +247,8 @@ def configurations(args: argparse.Namespace, from_file: dict, centre: Config, tr
             raise ValueError(f"{what} {count:,} configurations x {trials_each:,} trials each (arms x replicates) "
                              f"= {count * trials_each:,} trials, more than --max-trials {args.max_trials:,}: narrow "
                              "the search, or raise --max-trials")
-        return sample_configs(space, centre.to_flat(), sample_count(args, from_file), seed=args.search_seed, grid=args.grid)
+        return sample_configs(space, centre.to_flat(), sample_count(args, from_file), seed=args.search_seed,
+                              grid=args.grid)
     asked = searched(args, from_file)
     if asked:
         raise ValueError(f"--no-mawps-valid leaves no validation split to choose among configurations on, and "
@@ -273,7 +287,8 @@ def make_spec(args: argparse.Namespace) -> SweepSpec:
     if not args.no_reference and "full" not in arms:
         arms = ["full"] + arms
     seeds = int_list(as_list(args.seeds) or as_list(from_file.get("seeds")), "--seeds") or [centre.train.seed]
-    folds = check_folds(int_list(as_list(args.folds) or as_list(from_file.get("folds")), "--folds"), dataset) or [centre.data.fold]
+    folds = (check_folds(int_list(as_list(args.folds) or as_list(from_file.get("folds")), "--folds"), dataset)
+             or [centre.data.fold])
     replicates = [{"data.fold": f, "train.seed": s} for f in folds for s in seeds]
     samples = configurations(args, from_file, centre, len(arms) * len(replicates))
     name = (check_name(args.name) if args.name is not None

@@ -225,7 +225,8 @@ class FileCounts:
     """What became of a problem file's records, counted as they stream through ``file_chunks``."""
     read: ReadResult = field(default_factory=lambda: ReadResult(problems=[]))  # records, reader skips, notes
     dropped: Counter = field(default_factory=Counter)  # reason -> problems dropped by cleaning or annotation
-    unanswerable: Counter = field(default_factory=Counter)  # reason -> scored problems whose gold equation the model cannot write
+    # reason -> scored problems whose gold equation the model cannot write
+    unanswerable: Counter = field(default_factory=Counter)
 
     @property
     def not_scored(self) -> Counter:

@@ -35,8 +35,7 @@ import pyarrow as pa
 
 from hlgt.config import Config, DataConfig
 from hlgt.data import srl
-from hlgt.data.annotate import (BATCH_SIZE, SHARD_FILE, SplitResult, consume, input_table, run_in_process,
-                                run_ray)
+from hlgt.data.annotate import BATCH_SIZE, SHARD_FILE, SplitResult, consume, input_table, run_in_process, run_ray
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_VARIANTS
 from hlgt.data.numbers import Example
@@ -244,7 +243,8 @@ def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bo
             print(f"[build] reusing {out} (key {prepared.key}, splits {', '.join(splits)})", flush=True)
         else:
             damage = "".join(f"; {f}" for fs in faults.values() for f in fs[:1])
-            print(f"[build] {out}: same key, building missing or damaged split(s) {', '.join(todo)}{damage}", flush=True)
+            print(f"[build] {out}: same key, building missing or damaged split(s) {', '.join(todo)}{damage}",
+                  flush=True)
         return manifest, todo
     why = "--force" if force and (out / MANIFEST).exists() else _stale_reason(manifest, prepared)
     print(f"[build] building {out} ({why})", flush=True)
@@ -277,7 +277,8 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
         use_ray = actors > 0 or address is not None
         tables = [input_table(prepared.examples[s], start) for s, start in zip(todo, _starts(prepared, todo))]
         table = pa.concat_tables(tables)
-        print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
+        print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, "
+              f"annotator {cfg.data.annotator}, "
               f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
         started_ray = start_ray(address, console=False, dashboard=False, cpus=max(actors, os.cpu_count() or 1),
                                 ship_package=True) if use_ray else False
@@ -286,7 +287,8 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
             if table.num_rows and use_ray:
                 results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, max(actors, 1), batch_size)
             elif table.num_rows:
-                results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, cfg.data.dataset)
+                results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size,
+                                         cfg.data.dataset)
             start, done = time.perf_counter(), 0
             for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
                 partial = out / f"{split}.partial"

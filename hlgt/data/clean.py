@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable
 
-from hlgt.data.numbers import ExampleError, Example, is_constant, to_example
+from hlgt.data.numbers import Example, ExampleError, is_constant, to_example
 from hlgt.data.problems import Problem
 from hlgt.expr import parse_number
 

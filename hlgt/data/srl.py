@@ -500,8 +500,8 @@ class LTPAnnotator:
                     f"cannot load the LTP model {self.model!r} ({_one_line(e)}). Download it (the Hugging Face "
                     f"repository {self.model if '/' in self.model else DEFAULT_LTP_MODEL}: config.json, "
                     f"pytorch_model.bin and the tokenizer files) on a machine with a network and point {MODEL_OPTION} "
-                    "at its folder, or set it to a hub id reachable from here (LTP/tiny, LTP/small, LTP/base). LTP 4.2.14 "
-                    "loads with transformers<5 and huggingface_hub<1 (installed: ltp "
+                    "at its folder, or set it to a hub id reachable from here (LTP/tiny, LTP/small, LTP/base). "
+                    "LTP 4.2.14 loads with transformers<5 and huggingface_hub<1 (installed: ltp "
                     f"{_dist_version('ltp')}, transformers {_dist_version('transformers')}, "
                     f"huggingface_hub {_dist_version('huggingface_hub')})."
                 ) from e

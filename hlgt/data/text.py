@@ -50,10 +50,12 @@ _ENGLISH = re.compile(
 _CN_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 _NOT_NUMBERS = {"一", "百", "千", "万"}
-_MEASURE_WORDS = "个只本支枝元角米克斤吨天年周岁人名位辆块棵条件张次页头匹箱袋盒瓶杯碗双层排行组套份倍道题朵根把间台架座"
+_MEASURE_WORDS = ("个只本支枝元角米克斤吨天年周岁人名位辆块棵条件张次页头匹箱袋盒瓶杯碗"
+                  "双层排行组套份倍道题朵根把间台架座")
 # Shortest run (so that 两千克 is 2 千克), never starting inside a longer run.
 _CN_CHARS = "".join(_CN_DIGITS) + "".join(_CN_UNITS)
-_CN_NUMERAL = re.compile(rf"(?<![{_CN_CHARS}\d.])[{_CN_CHARS}]+?(?=[{_MEASURE_WORDS}]|千克|公斤|小时|分钟|厘米|千米|公里)")
+_CN_NUMERAL = re.compile(rf"(?<![{_CN_CHARS}\d.])[{_CN_CHARS}]+?"
+                         rf"(?=[{_MEASURE_WORDS}]|千克|公斤|小时|分钟|厘米|千米|公里)")
 
 
 def chinese_number(numeral: str) -> int:

@@ -4,7 +4,8 @@ pretrained word vectors, which cannot be downloaded here (the command: ``hlgt-ve
 ``corpus`` reads the ``train`` split's tokens (quantities already read as NUM), ``train_vectors``
 trains word2vec's skip-gram with negative sampling on them, and ``write_vectors`` writes a
 word2vec text file (``count dim`` header, then ``word x1 ... xd`` per line) that ``--set
-train.word_vectors=vectors.txt`` loads into the word embedding. Only the training split is read, so no validation or test text shapes the vectors.
+train.word_vectors=vectors.txt`` loads into the word embedding. Only the training split is read,
+so no validation or test text shapes the vectors.
 
 Skip-gram as in word2vec: for every token, the words up to ``window`` positions away (the window
 shrunk at random per token, so near words count more) are its contexts; each (word, context) pair

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 INITS = ("zeros", "uniform")
 
 

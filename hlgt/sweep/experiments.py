@@ -19,8 +19,8 @@ from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.ray_session import start_ray
 from hlgt.sweep import results
-from hlgt.sweep.spec import SweepSpec
 from hlgt.sweep.space import describe
+from hlgt.sweep.spec import SweepSpec
 
 
 def trial(config: dict, spec: SweepSpec) -> None:
@@ -198,7 +198,8 @@ def epoch_lines(validated: bool):
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if M.EPOCH not in result or M.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
-            val = f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%" if validated and M.VAL_VALUE_ACC in result else ""
+            val = (f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%"
+                   if validated and M.VAL_VALUE_ACC in result else "")
             print(f"[sweep] {trial} epoch {result[M.EPOCH]} | loss {result.get(M.TRAIN_LOSS, float('nan')):.4f}{val} | "
                   f"{result.get(M.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
 
@@ -272,7 +273,8 @@ def fit_unless_interrupted(tuner, name: str):
 def announce(spec: SweepSpec) -> None:
     """The sweep's shape on the console: arms, configurations, replicates, where results go."""
     print(f"[sweep] {spec.name}: arms {', '.join(spec.arms)}; {len(spec.samples)} configuration(s) × "
-          f"{len(spec.replicates)} replicate(s) per arm; scheduler {spec.scheduler}; results in {spec.root}", flush=True)
+          f"{len(spec.replicates)} replicate(s) per arm; scheduler {spec.scheduler}; results in {spec.root}",
+          flush=True)
     for i, s in enumerate(spec.samples):
         print(f"[sweep]   configuration {i}: {describe(s)}", flush=True)
     for arm in spec.arms:

@@ -24,8 +24,8 @@ from hlgt import metrics as M
 from hlgt import storage
 from hlgt.config import Config
 from hlgt.sweep import tables
-from hlgt.sweep.spec import SweepSpec
 from hlgt.sweep.space import describe
+from hlgt.sweep.spec import SweepSpec
 from hlgt.train import tracking
 
 ROW_COLUMNS = ["arm", "config", "runs", "trials", "failed", "val_value_acc_mean", "val_value_acc_std",
@@ -80,7 +80,8 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
     """The replicates of the arm's configuration with the best mean validation value accuracy,
     among the trials that did not fail and saved a validated model; none when no trial did.
     Without validation (one configuration), every trial that did not fail and saved a model."""
-    usable = [t for t in trials if t.error is None and t.checkpoint and (not validated or not math.isnan(t.val_value_acc))]
+    usable = [t for t in trials
+              if t.error is None and t.checkpoint and (not validated or not math.isnan(t.val_value_acc))]
     if not usable:
         return []
     by_sample: dict[int, list[TrialOutcome]] = {}
@@ -244,7 +245,8 @@ def summarise(spec: SweepSpec, grids: dict) -> tuple[list[dict], str, dict[str, 
         rows = [row for row, _ in selected]
         tests = {test.arm: test for _, test in selected if test.n}
         dataset = centre.data.dataset
-        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=f"{len(spec.replicates)} {spec.replicate_kind}")
+        paper_tables = tables.tables_markdown(tests, dataset,
+                                              pooled_over=f"{len(spec.replicates)} {spec.replicate_kind}")
         title = f"{spec.name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
         paths = write_results(spec.local_dir, rows, spec.replicate_kind, title, dataset, paper_tables)
         tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])

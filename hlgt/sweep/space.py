@@ -15,7 +15,8 @@ from hlgt.config import Config
 
 # Heads, layers and β_com, centred on the paper's 4 / 2 / 0.1; the learning rate and hidden size
 # are searched only when asked for.
-DEFAULT_SPACE: dict[str, list] = {"model.heads": [2, 4, 8], "model.layers": [1, 2, 3], "model.beta_com": [0.05, 0.1, 0.2]}
+DEFAULT_SPACE: dict[str, list] = {"model.heads": [2, 4, 8], "model.layers": [1, 2, 3],
+                                  "model.beta_com": [0.05, 0.1, 0.2]}
 SHORT = {"model.heads": "heads", "model.layers": "layers", "model.beta_com": "beta_com", "train.lr": "lr",
          "model.hidden_size": "hidden", "model.embedding_size": "embedding", "model.dropout": "dropout"}
 
@@ -54,7 +55,8 @@ def _check_dimension(key: str, dim: Any) -> None:
     elif not (isinstance(dim, dict) and len(dim) == 1 and next(iter(dim)) in ("uniform", "loguniform")
               and isinstance(bounds := next(iter(dim.values())), list) and len(bounds) == 2
               and all(_is_number(b) for b in bounds)):
-        raise ValueError(f"search space {key!r} must be a list of values or {{uniform|loguniform: [lo, hi]}}, got {dim!r}")
+        raise ValueError(f"search space {key!r} must be a list of values or {{uniform|loguniform: [lo, hi]}}, "
+                         f"got {dim!r}")
     elif "loguniform" in dim and min(float(b) for b in dim["loguniform"]) <= 0:
         raise ValueError(f"search space {key!r}: loguniform bounds must be > 0 (it draws their logarithm), "
                          f"got {dim['loguniform']!r}")
@@ -95,7 +97,8 @@ def _centre(dim: Any, value: Any) -> Any:
     return math.sqrt(float(lo) * float(hi)) if kind == "loguniform" else (float(lo) + float(hi)) / 2
 
 
-def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: int = 0, grid: bool = False) -> list[dict]:
+def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: int = 0,
+                   grid: bool = False) -> list[dict]:
     """The configurations to try: the whole product (``grid``), else the centre then random draws
     (distinct while the space allows)."""
     check_space(space)

@@ -145,7 +145,8 @@ def sole_sweep(spec: SweepSpec) -> contextlib.AbstractContextManager:
     """The lock of the sweep's folder while it runs: two sweeps of one name at once would write the
     same Tune state, checkpoints and results (and the --fresh of one would remove the other's), so
     the second is refused."""
-    return sole_writer(spec.root, f"another sweep is running {spec.root}: let it finish, or give this one another --name")
+    return sole_writer(spec.root,
+                       f"another sweep is running {spec.root}: let it finish, or give this one another --name")
 
 
 def settings(spec: SweepSpec) -> dict[str, Any]:

@@ -122,7 +122,8 @@ def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
                      if number_bucket(s.n_numbers) == bucket]
             cells.append(_pct(sum(s.value_correct for s in group) / len(group)) if group else "-")
         share = f"{100 * count / total:.1f}%" if total else "-"
-        lines.append(f"| {bucket} | {count} | {share} | " + " | ".join(cells) + (f" | {paper[bucket]} |" if paper else " |"))
+        lines.append(f"| {bucket} | {count} | {share} | " + " | ".join(cells)
+                     + (f" | {paper[bucket]} |" if paper else " |"))
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,6 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
@@ -230,7 +229,8 @@ def profile_steps(cfg: Config, rows: list[dict], vocab, steps: int) -> dict:
     # What would launch a kernel: operators that call no other (leaves), less views, allocations
     # and no-op conversions, outside the CPU BiGRUs; on a GPU a fused optimizer, cuBLAS or a
     # fused dropout may launch more or fewer.
-    launches = sum(not g and e.name not in NO_KERNEL_OPS and not any(c.name.startswith("aten::") for c in e.cpu_children)
+    launches = sum(not g and e.name not in NO_KERNEL_OPS
+                   and not any(c.name.startswith("aten::") for c in e.cpu_children)
                    for e, g in zip(events, in_gru))
     return {"ops_per_step": len(events) / steps, "top_level_ops_per_step": nested.count(False) / steps,
             "launching_ops_per_step": launches / steps,

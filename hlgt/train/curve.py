@@ -50,8 +50,8 @@ def curve_table(histories: dict[str, list[dict]]) -> str:
             if e >= len(history):
                 continue
             m = history[e]
-            cells = [str(m[M.EPOCH]), arm, f"{100 * m[M.VAL_VALUE_ACC]:.1f}", f"{m.get(M.VAL_TREE_LOSS, float('nan')):.3f}",
-                     f"{m[M.TRAIN_TREE_LOSS]:.3f}",
+            cells = [str(m[M.EPOCH]), arm, f"{100 * m[M.VAL_VALUE_ACC]:.1f}",
+                     f"{m.get(M.VAL_TREE_LOSS, float('nan')):.3f}", f"{m[M.TRAIN_TREE_LOSS]:.3f}",
                      f"{m[M.TRAIN_COM_LOSS]:.3f}", f"{m[M.TRAIN_GRAD_NORM_MAX]:.3g}"]
             cells += [f"{m[M.grad_norm_metric(p)]:.3g}" if M.grad_norm_metric(p) in m else "–" for p in parts]
             cells += [f"{m[M.scale_metric(a)]:.3g}" if M.scale_metric(a) in m else "–" for a in acts]

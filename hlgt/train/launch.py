@@ -49,7 +49,8 @@ def worker_cpus(workers: int, requested: float | None = None) -> float:
     total = ray.cluster_resources().get("CPU", 0.0)
     spare = total - 1.0
     if spare <= 0:
-        raise RuntimeError(f"the Ray cluster has {total:g} CPU(s); training workers and Ray Data's readers need at least 2")
+        raise RuntimeError(f"the Ray cluster has {total:g} CPU(s); "
+                           "training workers and Ray Data's readers need at least 2")
     if requested is None:
         return min(1.0, spare / workers)
     if workers * requested > spare + 1e-9:
@@ -238,6 +239,7 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     if checkpoint and not storage.is_uri(storage):
         loop.publish(Path(checkpoint), Path(run_dir))
-    metrics = result.return_value if isinstance(result.return_value, dict) and result.return_value else dict(result.metrics or {})
+    metrics = (result.return_value if isinstance(result.return_value, dict) and result.return_value
+               else dict(result.metrics or {}))
     return FitResult(metrics=metrics, checkpoint=checkpoint, run_dir=run_dir, error=None)
 

@@ -53,12 +53,11 @@ from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
-from hlgt.storage import write_text
 from hlgt.inference import predict
 from hlgt.model.solver import Solver
-from hlgt.train import cuda_graphs
+from hlgt.storage import write_text
+from hlgt.train import cuda_graphs, tracking
 from hlgt.train import evaluate as E
-from hlgt.train import tracking
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -459,7 +458,8 @@ class Trainer:
         if self.cfg.train.cuda_graphs:  # Config.check: the hlgt and none encoders, one worker
             cuda_graphs.require_gpu(self.rt.device)
             if self.model is not self.solver:
-                raise ValueError("train.cuda_graphs trains in one process: data parallelism's wrapper would be bypassed")
+                raise ValueError("train.cuda_graphs trains in one process: "
+                                 "data parallelism's wrapper would be bypassed")
             self.steps = cuda_graphs.GraphedSteps(self.solver)
         # What a training step plans its batch with and runs it through.
         self.plan, self.forward = ((self.steps.plan, self.steps.forward) if self.steps is not None

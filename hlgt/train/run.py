@@ -35,7 +35,8 @@ def run_folder(cfg: Config, name: str) -> str:
 def sole_trainer(run_dir: str) -> contextlib.AbstractContextManager:
     """The lock of ``run_dir`` while training: two commands training one run at once would
     interleave its checkpoints and metrics, so the second is refused."""
-    return sole_writer(run_dir, f"another command is training {run_dir}: let it finish, or give this one another --name")
+    return sole_writer(run_dir,
+                       f"another command is training {run_dir}: let it finish, or give this one another --name")
 
 
 def uses_ray(cfg: Config, no_ray: bool) -> bool:
@@ -66,7 +67,8 @@ def train_run(cfg: Config, name: str, shards: str | None = None, address: str | 
         claim(run_dir, "run")
         if use_ray:
             start_ray(address)
-            return launch.fit(cfg, folder, name=name, storage=cfg.train.out_dir, cpus_per_worker=cpus_per_worker).metrics
+            return launch.fit(cfg, folder, name=name, storage=cfg.train.out_dir,
+                              cpus_per_worker=cpus_per_worker).metrics
         return train_here(cfg, folder, run_dir, name)
 
 

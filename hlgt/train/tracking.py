@@ -25,7 +25,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-
 KEY_FILE = "~/.hlgt/wandb_api_key"
 
 
