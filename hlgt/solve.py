@@ -3,6 +3,8 @@
     python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best --file problems.jsonl --out answers.jsonl
+    python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？" --explain p.html
+    python -m hlgt.solve --model runs/sample-full-seed1/best --file problems.jsonl --explain-dir pages
 
 The path is the training path, applied to one text: tokenise as the training files are segmented
 (``hlgt.data.text``: Chinese through jieba, English into words, numbers and punctuation, every
@@ -11,7 +13,9 @@ number one token; Chinese numerals are words unless the text has no number) →
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer. A ``--file`` of problems is
 prepared line by line (a bad line gets an error entry, the others go on) and decoded in batches
-by the evaluation decoder, with progress.
+by the evaluation decoder, with progress. ``--explain PAGE`` (one text) and ``--explain-dir DIR``
+(a file: one page per problem and ``index.html``) also write the problem as the model sees it
+(``hlgt.explain``); a text the model cannot read gets a page too, saying why.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
 ``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
@@ -76,23 +80,41 @@ def problem_row(text: str, lang: str | None, annotator) -> dict:
     return to_row(example, build_graph(example, annotator.annotate(tokens, lang)))
 
 
+def partial_row(text: str | None, lang: str | None, annotator) -> tuple[dict, str | None]:
+    """What can be read of a text that ``problem_row`` refuses, for a page that shows why: its
+    tokens and quantities (none of a text past ``MAX_TEXT_CHARS``) and its graph when one can be
+    built; the second item says why none could."""
+    from hlgt.explain import EMPTY_GRAPH, example_row
+
+    readable = isinstance(text, str) and bool(text.strip()) and len(text) <= MAX_TEXT_CHARS
+    lang = lang or (guess_lang(text) if readable else "en")
+    tokens, quantities = extract_quantities(tokenize(text, lang)) if readable else ([], [])
+    example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
+                      answer=math.nan)
+    return example_row(example, annotator) if tokens else (to_row(example, EMPTY_GRAPH), None)
+
+
 def solve_rows(solver, flat: dict, rows: list[dict], beam_size: int | None = None, progress=None) -> list[Solution]:
     """Decode prepared rows in batches (the evaluation decoder) and read each answer."""
-    from hlgt.inference import infix_with_numbers, predict
+    from hlgt.inference import predict
 
     prefixes = predict(solver, rows, solver.vocab, variant=flat["data.graph"], batch_size=64,
                        beam_size=beam_size or int(flat["model.beam_size"]), progress=progress)
-    out = []
-    for row, prefix in zip(rows, prefixes):
-        numbers = list(row["num_texts"])
-        answer, error = None, None
-        try:
-            answer = eval_prefix(prefix, list(row["num_values"]))
-        except ExprError as e:
-            error = str(e)
-        out.append(Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
-                            prefix=prefix, equation=infix_with_numbers(prefix, numbers), answer=answer, error=error))
-    return out
+    return [solution(row, prefix) for row, prefix in zip(rows, prefixes)]
+
+
+def solution(row: dict, prefix: list[str]) -> Solution:
+    """A row's answer by a prefix equation, as the user reads it."""
+    from hlgt.inference import infix_with_numbers
+
+    numbers = list(row["num_texts"])
+    answer, error = None, None
+    try:
+        answer = eval_prefix(prefix, list(row["num_values"]))
+    except ExprError as e:
+        error = str(e)
+    return Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
+                    prefix=prefix, equation=infix_with_numbers(prefix, numbers), answer=answer, error=error)
 
 
 def not_read(row: dict) -> list[str]:
@@ -126,6 +148,34 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
     row = problem_row(text, lang or model_lang(flat), model_annotator(flat, annotator))
     solver, flat = load_model(model_dir)
     return solve_rows(solver, flat, [row], beam_size)[0]
+
+
+def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str | None = None,
+                 annotator: str | None = None, beam_size: int | None = None) -> Solution:
+    """``solve_text``, and the problem as the model sees it written to the page ``page`` (checked
+    before anything else). A text the model cannot read still gets its page, from what could be
+    read of it; the ``ValueError`` saying why follows."""
+    from hlgt import explain
+    from hlgt.inference import load_model, run_config
+    from hlgt.pages import check_page_file, write_page
+
+    page = check_page_file(page)
+    flat = run_config(model_dir)
+    lang, annotate = lang or model_lang(flat), model_annotator(flat, annotator)
+    about = explain.about_model(model_dir, flat)
+    try:
+        row = problem_row(text, lang, annotate)
+    except ValueError as error:
+        row, no_graph = partial_row(text, lang, annotate)
+        notice = f"{error}; {no_graph}" if no_graph else str(error)
+        write_page(page, explain.page(row, flat["data.graph"], notice=notice, about=about,
+                                              line_graph=flat["model.line_graph"]))
+        raise ValueError(f"{error} (the page {page} shows what could be read)") from None
+    solver, flat = load_model(model_dir)
+    decoded = explain.decode(solver, row, flat["data.graph"], beam_size)
+    write_page(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
+                                          line_graph=flat["model.line_graph"]))
+    return solution(row, decoded.candidates[0][0] if decoded.candidates else [])
 
 
 def read_requests(path: str | Path) -> list[tuple[str, str | None, str | None]]:
@@ -167,13 +217,23 @@ def check_out(in_path: str | Path, out_path: str | Path) -> None:
         raise PermissionError(f"--out {out_path}: the folder {out.parent} is not writable")
 
 
-def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path, lang: str | None = None,
-               annotator: str | None = None, beam_size: int | None = None) -> tuple[int, int]:
+def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path | None = None,
+               lang: str | None = None, annotator: str | None = None, beam_size: int | None = None,
+               explain_dir: str | Path | None = None) -> tuple[int, int]:
     """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
-    order: id, equation and answer, or id and error); returns (solved, errors)."""
+    order: id, equation and answer, or id and error) and/or ``explain_dir`` (one page per problem
+    and an index, ``explain_file``); returns (solved, errors)."""
     from hlgt.inference import format_answer, load_model
 
-    check_out(in_path, out_path)
+    if out_path is None and explain_dir is None:
+        raise ValueError("solving a file needs an --out file or an --explain-dir folder")
+    if out_path is not None:
+        check_out(in_path, out_path)
+    pages = None
+    if explain_dir is not None:
+        from hlgt.pages import PageFolder
+
+        pages = PageFolder(explain_dir)  # checked here, before any work
     requests = read_requests(in_path)
     solver, flat = load_model(model_dir)
     annotate = model_annotator(flat, annotator)
@@ -195,12 +255,42 @@ def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path,
             results[slot]["not_read"] = s.not_read
         if s.error is not None:
             results[slot]["error"] = f"the equation does not evaluate: {s.error}"
-    out_path = Path(out_path)
-    tmp = out_path.with_name(out_path.name + ".partial")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
-    tmp.replace(out_path)
+    if pages is not None:
+        with pages:
+            explain_file(pages, model_dir, solver, flat, requests, results, dict(zip(slots, rows)), lang, annotate,
+                         beam_size)
+    if out_path is not None:
+        out_path = Path(out_path)
+        tmp = out_path.with_name(out_path.name + ".partial")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
+        tmp.replace(out_path)
     errors = sum("error" in r for r in results)
     return len(results) - errors, errors
+
+
+def explain_file(pages, model_dir, solver, flat: dict, requests: list, results: list[dict], rows: dict[int, dict],
+                 lang: str | None, annotate, beam_size: int | None) -> None:
+    """One page per request into the ``PageFolder`` ``pages`` (``rows``: the readable ones' rows by
+    request), what could be read of the others under their error, and the index."""
+    from hlgt import explain
+
+    variant, about = flat["data.graph"], explain.about_model(model_dir, flat)
+    progress = Progress(len(requests), "explain")
+    entries = []
+    for k, ((pid, text, _), result) in enumerate(zip(requests, results)):
+        if k in rows:
+            row, notice = {**rows[k], "id": pid}, None
+            decoded = explain.decode(solver, row, variant, beam_size)
+        else:
+            row, no_graph = partial_row(text, lang, annotate)
+            row, notice, decoded = {**row, "id": pid}, "; ".join(filter(None, [result["error"], no_graph])), None
+        html = explain.page(row, variant, decoded=decoded, notice=notice, about=about,
+                            line_graph=flat["model.line_graph"])
+        outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
+        entries.append((pages.add(pid, html), [pid, (text or "")[:120], outcome]))
+        progress.update(k + 1)
+    pages.index(explain.index_page(f"{len(entries)} problems of a file", ["id", "text", "equation (answer) or error"],
+                                   entries, about=about))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,27 +301,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: the model's dataset's; for the sample data's, guessed from each text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
     p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
-    p.add_argument("--file", default=None, help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out)")
+    p.add_argument("--file", default=None,
+                   help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir)")
     p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
+    p.add_argument("--explain", default=None, metavar="PAGE",
+                   help="also write the problem text as the model sees it to this HTML page (hlgt.explain)")
+    p.add_argument("--explain-dir", default=None, metavar="DIR",
+                   help="with --file: one such page per problem, and index.html, in this folder")
     p.add_argument("text", nargs="*", help="the problem text")
     args = p.parse_args(argv)
     if args.text and (args.file or args.out):
         p.error("--file and --out go together, for a file of problems: give them or a problem text")
-    if not args.text and not (args.file and args.out):
-        p.error("give a problem text, or --file FILE with --out FILE")
+    if args.text and args.explain_dir:
+        p.error("--explain-dir writes a page per problem of a --file; for a problem text, --explain PAGE")
+    if args.file and args.explain:
+        p.error("--explain writes the page of one problem text; for a --file, --explain-dir DIR")
+    if not args.text and not (args.file and (args.out or args.explain_dir)):
+        p.error("give a problem text, or --file FILE with --out FILE (and/or --explain-dir DIR)")
     if args.file:
         solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,
-                                    beam_size=args.beam_size)
-        print(f"[solve] {solved} solved, {errors} with an error -> {args.out}")
+                                    beam_size=args.beam_size, explain_dir=args.explain_dir)
+        where = " and ".join(filter(None, [args.out, args.explain_dir and f"{args.explain_dir}/index.html"]))
+        print(f"[solve] {solved} solved, {errors} with an error -> {where}")
         return 0
     from hlgt.inference import format_answer  # after parsing: see solve_text
 
-    s = solve_text(args.model, " ".join(args.text), lang=args.lang, annotator=args.annotator, beam_size=args.beam_size)
+    text = " ".join(args.text)
+    settings = {"lang": args.lang, "annotator": args.annotator, "beam_size": args.beam_size}
+    s = (explain_text(args.model, text, args.explain, **settings) if args.explain
+         else solve_text(args.model, text, **settings))
     print(f"tokens:   {' '.join(s.tokens)}")
     print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")
     if s.not_read:
         print(f"not read: {', '.join(s.not_read)} (digits, but no quantity the model can use)")
     print(f"equation: x = {s.equation}")
+    if args.explain:
+        print(f"page:     {args.explain}")
     if s.error is not None:
         print(f"answer:   none (the equation does not evaluate: {s.error})")
         return 2

@@ -141,7 +141,8 @@ class Encoder(nn.Module):
         h_seq, h_n = bigru(self.seq_gru, self.dropout(h_b), lengths, low_precision, packing)  # [B, T, H], [2, B, H]
         return h_b, h_n[0] + h_n[1], h_seq
 
-    def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...], return_attention: bool = False) -> EncoderOutput:
+    def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...],
+                         return_attention: bool = False) -> EncoderOutput:
         """The rest of the encoder over ``recurrence``'s states: shapes that depend only on the
         batch's padded sizes (``Solver.plan`` with a ``Shape``)."""
         h_b, problem = states[:2]

@@ -23,6 +23,11 @@ model's vocabulary and constants), printing both accuracies, Table 4 and the dec
 
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
+    python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test --out DIR --explain 20
+
+``--explain N`` writes, into ``DIR/explain_<split>/``, the pages (``hlgt.explain``) of the first N
+problems solved wrongly, the gold equation beside the model's, and an index with the accuracy by
+number of quantities (Table 4) as a chart.
 
 With ``--data``, problems that cannot be scored (unreadable records, over the limits, an
 annotation that fails) are counted and reported, and the accuracy is given both over the scored
@@ -255,9 +260,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
+    p.add_argument("--explain", type=positive_int, default=None, metavar="N",
+                   help="with --out: the pages of the first N wrongly solved problems, in OUT/explain_<split>/")
     args = p.parse_args(argv)
     if args.data and (args.split or args.shards or args.data_dir):
         p.error("--data evaluates a file: it takes no --split, --shards or --data-dir")
+    if args.explain and not args.out:
+        p.error("--explain N writes its pages under --out DIR: give --out")
+    name = Path(args.data).stem if args.data else args.split or "test"
+    pages = None
+    if args.explain:
+        from hlgt.pages import PageFolder
+
+        pages = PageFolder(Path(args.out) / f"explain_{name}", option="--out")  # checked before any work
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -265,12 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
     if args.data:
         found = file_rows(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model)
-        rows, name, what = found.rows, Path(args.data).stem, args.data
+        rows, what = found.rows, args.data
     else:
         if args.data_dir:
             cfg = cfg.override({"data.data_dir": args.data_dir})
         shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-        name = args.split or "test"
         rows, what = load_rows(shards, name), f"{cfg.data.dataset} {name}"
     if not rows:
         raise ValueError(f"{what}: no problem can be scored")
@@ -291,7 +305,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         paths = write_report(args.out, name, report, scored)
         print(f"[evaluate] wrote {paths['predictions']}")
+    if pages is not None:
+        with pages:
+            index = explain_wrong(pages, args.model, solver, flat, rows, scored, report, args.explain,
+                                  beam_size=args.beam_size or solver.cfg.beam_size, device=args.device,
+                                  bf16_inference=args.bf16)
+        print(f"[evaluate] wrote {len(pages.pages)} pages of wrongly solved problems: {index}")
     return 0
+
+
+def explain_wrong(pages, model_dir, solver, flat: dict, rows: Sequence[Mapping[str, Any]], scored: Sequence[Scored],
+                  report: Report, n: int, beam_size: int, device, bf16_inference: bool = False) -> Path:
+    """The pages of the first ``n`` wrongly solved problems into the ``hlgt.pages.PageFolder``
+    ``pages``, and their index with Table 4 as a chart; the index's path."""
+    from hlgt import explain
+    from hlgt.draw import bar_chart
+
+    variant, about = flat["data.graph"], explain.about_model(model_dir, flat)
+    entries = []
+    for row, s in [(row, s) for row, s in zip(rows, scored) if not s.value_correct][:n]:
+        decoded = explain.decode(solver, row, variant, beam_size, device, bf16_inference)
+        html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
+        predicted = f"{s.predicted} ({'none' if s.predicted_value is None else f'{s.predicted_value:.6g}'})"
+        entries.append((pages.add(s.id, html), [s.id, s.text[:120], f"{s.gold} ({s.answer:.6g})", predicted]))
+    bars = [(r.bucket, r.value_acc, f"{100 * r.value_acc:.0f}% of {r.count}" if r.count else "none")
+            for r in report.by_numbers]
+    chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems: "
+                            f"{100 * report.value_acc:.1f}%")
+    return pages.index(explain.index_page(
+        f"{len(entries)} wrongly solved problems", ["id", "text", "gold (answer)", "model (answer)"], entries,
+        about=about, chart=chart, note=f"The problems solved wrongly, in the order of the split (at most {n})."))
 
 
 def file_summary(scored: Sequence[Scored], found: FileRows) -> str:
