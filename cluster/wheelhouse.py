@@ -28,7 +28,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-RAY = "ray[default,data,train,tune]==2.60.0"  # default: the dashboard, which local Ray starts with (hlgt.train.launch.init_ray)
+RAY = "ray[default,data,train,tune]==2.60.0"  # default: the dashboard, which local Ray starts with (hlgt.ray_session.start_ray)
 # What training and sweeping import besides Ray and torch (W&B only when it logs: --also wandb).
 # The annotators (jieba, TextBlob) are not needed where shards are carried in, and jieba has no wheel.
 ALSO = "pyyaml,matplotlib"

@@ -3,8 +3,9 @@ key or file), exit status 2. ``--debug`` on any command, or ``HLGT_DEBUG=1``, sh
 
 User mistakes are the errors the project raises for bad input and the operating system's for
 files: ValueError (with its subclasses: bad config keys and values, JSON and Parquet that do not
-parse), KeyError and OSError (missing, unreadable or unwritable files and folders). Anything else
-is a bug and keeps its traceback.
+parse, an annotator model that cannot load), KeyError and OSError (missing, unreadable or
+unwritable files and folders). Anything else is a bug and keeps its traceback. Ctrl-C ends any
+command with one line and exit status 130.
 
 ``positive_int``, ``non_negative_int``, ``positive_float`` and ``device`` are argparse types: argparse names the option
 of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a command's own flags set.
@@ -32,7 +33,8 @@ def message(error: BaseException) -> str:
 
 
 def run_command(main: Callable[[list[str]], int], prog: str, argv: Sequence[str] | None = None) -> int:
-    """``main(argv)`` with ``--debug`` removed; a user error becomes one line and status 2."""
+    """``main(argv)`` with ``--debug`` removed; a user error becomes one line and status 2,
+    Ctrl-C one line and status 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debugging(argv)
     try:
@@ -42,6 +44,11 @@ def run_command(main: Callable[[list[str]], int], prog: str, argv: Sequence[str]
             raise
         print(f"{prog}: error: {message(error)}  (--debug shows the traceback)", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupt:
+        if debug:
+            raise
+        print(f"{prog}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 def _int(text: str, least: int, what: str) -> int:
@@ -97,9 +104,10 @@ def refuse_flag_keys(overrides: dict, flag_keys: dict[str, str], given_as: str =
 
 class Progress:
     """Progress of a long step on stderr: one line redrawn on a terminal, a line every tenth of
-    the way otherwise (logs). ``update(done)`` takes the count done so far."""
+    the way otherwise (logs), or at every update when the total is not known (``None``: a file
+    read as it goes). ``update(done)`` takes the count done so far."""
 
-    def __init__(self, total: int, label: str, stream=None) -> None:
+    def __init__(self, total: int | None, label: str, stream=None) -> None:
         self.total, self.label = total, label
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
@@ -109,15 +117,24 @@ class Progress:
 
     def update(self, done: int) -> None:
         now = time.perf_counter()
-        share = done / max(self.total, 1)
-        if self.tty and (now - self.drawn > 0.2 or done >= self.total):
+        total = done if self.total is None else self.total
+        share = done / max(total, 1)
+        if self.tty and (now - self.drawn > 0.2 or done >= total):
             self.drawn = now
-            self.stream.write(f"\r{self._text(done, now)}" + ("\n" if done >= self.total else ""))
+            self.stream.write(f"\r{self._text(done, now)}" + ("\n" if self.total is not None and done >= total else ""))
             self.stream.flush()
-        elif not self.tty and (share >= self.next_line or done >= self.total):
+        elif not self.tty and (share >= self.next_line or done >= total):
             self.next_line = share + 0.1
             print(self._text(done, now), file=self.stream, flush=True)
 
+    def end(self) -> None:
+        """Close a redrawn line of an unknown total."""
+        if self.tty and self.total is None and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
     def _text(self, done: int, now: float) -> str:
         rate = done / max(now - self.started, 1e-9)
+        if self.total is None:
+            return f"[{self.label}] {done} ({rate:.1f}/s)"
         return f"[{self.label}] {done}/{self.total} ({100 * done / max(self.total, 1):.0f}%, {rate:.1f}/s)"

@@ -5,12 +5,12 @@ the code speaks ``Config``. ``Config.from_flat`` rejects unknown keys and coerce
 typo in a sweep file fails at once instead of silently training the default.
 
 This module also names the ablation arms (each a flat override of the same code) and the
-metric names, so that every reporter (console, Ray, W&B, results table) uses one spelling, and
-says where runs are stored (``$HLGT_STORAGE``, local paths or URIs).
+datasets' paper settings, and says where runs are stored (``$HLGT_STORAGE``, local paths or URIs).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,24 +55,6 @@ def filesystem(root: str):
     return pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
 
 
-def delete_folder(root: str) -> bool:
-    """Remove the folder ``root`` (a local path or a URI Ray's storage takes); False if none."""
-    import pyarrow.fs
-
-    fs, path = filesystem(root)
-    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
-        return False
-    fs.delete_dir(path)
-    return True
-
-
-def ray_address(explicit: str | None) -> str:
-    """The Ray a command runs on: ``explicit`` (``--address``), else the cluster of the Ray job it
-    runs in (Ray sets RAY_ADDRESS for a job's command), else a Ray of its own, ``"local"``: left
-    to itself, ``ray.init()`` would join whatever Ray a ``ray start`` last left on this machine."""
-    return explicit or os.environ.get("RAY_ADDRESS") or "local"
-
-
 # Folders and files on this machine, made absolute where a command builds its config (from its
 # working directory), so that a saved run config means the same place from any other directory.
 LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.word_vectors")
@@ -80,6 +62,12 @@ LOCAL_PATH_KEYS = ("data.data_dir", "data.shards_dir", "train.out_dir", "train.w
 # MAWPS is cross-validated over 5 folds, cut by one of three schemes (their files: hlgt.data.splits).
 MAWPS_N_FOLDS = 5
 MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree", "graph2tree-1921")
+# Bounds of the model's sizes, far beyond any trained here (the paper's: 128 / 512 / 2 / 5 / 45):
+# a hand-edited 1e11 is refused when the config is made, not when torch tries to allocate it.
+MAX_WIDTH = 16_384
+MAX_LAYERS = 64
+MAX_BEAM = 256
+MAX_OUTPUT_LEN = 1_024
 
 
 @dataclass
@@ -181,26 +169,34 @@ class Config:
         m, t, d = self.model, self.train, self.data
         mawps = d.dataset == "mawps"
         rules = [
-            ("data.fold", not mawps or 0 <= d.fold < MAWPS_N_FOLDS, f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS"),
+            ("data.fold", 0 <= d.fold < MAWPS_N_FOLDS if mawps else d.fold == 0,
+             f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS" if mawps
+             else f"must be 0: {d.dataset} has no folds (MAWPS alone is cross-validated)"),
             ("data.mawps_folds", not mawps or d.mawps_folds in MAWPS_FOLD_SCHEMES,
              f"must be one of {', '.join(MAWPS_FOLD_SCHEMES)}"),
             ("data.mawps_valid", mawps or d.mawps_valid, "can be false only for MAWPS (the other datasets' validation is a file)"),
-            ("model.hidden_size", m.hidden_size >= 1, "must be >= 1"),
-            ("model.embedding_size", m.embedding_size >= 1, "must be >= 1"),
+            ("model.hidden_size", 1 <= m.hidden_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
+            ("model.embedding_size", 1 <= m.embedding_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
             ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,
              f"must be >= 1 and divide model.hidden_size ({m.hidden_size})"),
-            ("model.layers", m.layers >= 1, "must be >= 1"),
+            ("model.layers", 1 <= m.layers <= MAX_LAYERS, f"must lie in 1..{MAX_LAYERS}"),
             ("model.dropout", 0.0 <= m.dropout < 1.0, "must lie in [0, 1)"),
-            ("model.beta_com", m.beta_com >= 0.0, "must be >= 0"),
-            ("model.beam_size", m.beam_size >= 1, "must be >= 1"),
-            ("model.max_output_len", m.max_output_len >= 1, "must be >= 1"),
+            ("model.beta_com", math.isfinite(m.beta_com) and m.beta_com >= 0.0, "must be a finite number >= 0"),
+            ("model.beam_size", 1 <= m.beam_size <= MAX_BEAM, f"must lie in 1..{MAX_BEAM}"),
+            ("model.max_output_len", 1 <= m.max_output_len <= MAX_OUTPUT_LEN, f"must lie in 1..{MAX_OUTPUT_LEN}"),
             ("train.epochs", t.epochs >= 1, "must be >= 1"),
+            ("train.max_minutes", math.isfinite(t.max_minutes) and t.max_minutes >= 0.0,
+             "must be a finite number >= 0 (0: no time budget)"),
             ("train.batch_size", t.batch_size >= 1, "must be >= 1"),
-            ("train.lr", t.lr >= 0.0, "must be >= 0"),
+            ("train.lr", math.isfinite(t.lr) and t.lr > 0.0, "must be a finite number > 0"),
+            ("train.weight_decay", math.isfinite(t.weight_decay) and t.weight_decay >= 0.0,
+             "must be a finite number >= 0"),
             ("train.lr_step", t.lr_step >= 1, "must be >= 1"),
+            ("train.lr_gamma", math.isfinite(t.lr_gamma) and t.lr_gamma > 0.0, "must be a finite number > 0"),
             ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
             ("train.workers", t.workers >= 1, "must be >= 1"),
-            ("train.grad_clip", t.grad_clip >= 0.0, "must be >= 0 (0: no clipping)"),
+            ("train.grad_clip", math.isfinite(t.grad_clip) and t.grad_clip >= 0.0,
+             "must be a finite number >= 0 (0: no clipping)"),
             # The HGT and RGAT baselines' layers are not checked on padded graphs; replaying a step
             # bypasses data parallelism's wrapper.
             ("train.cuda_graphs", not t.cuda_graphs or (m.encoder in ("hlgt", "none") and t.workers == 1),
@@ -307,34 +303,3 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "mawps": {"train.epochs": 30, "train.lr_step": 10},
     "sample": {"train.epochs": 30, "train.lr_step": 10},
 }
-
-# Metric names, defined once.
-TRAIN_LOSS = "train/loss"
-TRAIN_TREE_LOSS = "train/tree_loss"
-TRAIN_COM_LOSS = "train/com_loss"
-TRAIN_PROBLEMS_PER_S = "train/problems_per_s"
-TRAIN_GRAD_NORM_MAX = "train/grad_norm_max"  # the epoch's largest global gradient norm, before clipping
-# The model's parts (``Solver.parts``) and the encoder's activations (``Solver.forward``'s scales):
-# every epoch reports each part's largest gradient norm and each activation's mean scale.
-MODEL_PARTS = ("embedding", "word_gru", "seq_gru", "graph", "fusion", "decoder", "comparison")
-ACTIVATIONS = ("h_b", "h_seq", "h_str", "memory")
-
-
-def grad_norm_metric(part: str) -> str:
-    """The epoch's largest gradient norm of one model part, before clipping."""
-    return f"grad_norm_max/{part}"
-
-
-def scale_metric(activation: str) -> str:
-    """An activation's standard deviation over the real tokens of a batch, averaged over the epoch."""
-    return f"scale/{activation}"
-
-
-VAL_VALUE_ACC = "val/value_acc"
-VAL_EQUATION_ACC = "val/equation_acc"
-VAL_TREE_LOSS = "val/tree_loss"  # teacher-forced, in eval mode: what training minimises, on validation
-TEST_VALUE_ACC = "test/value_acc"
-TEST_EQUATION_ACC = "test/equation_acc"
-EPOCH = "epoch"
-BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
-LR = "train/lr"

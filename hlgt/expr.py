@@ -115,12 +115,12 @@ def tokenize_infix(s: str) -> list[str]:
         c = s[i]
         if c.isspace():
             i += 1
-        elif c.isdigit():
+        elif c.isdecimal():  # what the patterns' \d reads; ፩ and other digit-like signs are not numbers
             m = _NUMBER_RE.match(s, i)
             text, j = m.group(), m.end()
-            if j < n and (s[j] == "." or s[j] == "," and s[j + 1:j + 2].isdigit()):
+            if j < n and (s[j] == "." or s[j] == "," and s[j + 1:j + 2].isdecimal()):
                 raise ExprError(f"malformed number at {s[i:j + 2]!r} in {raw!r}")
-            tail = _MIXED_TAIL_RE.match(s, j) if text.isdigit() else None
+            tail = _MIXED_TAIL_RE.match(s, j) if text.isdecimal() else None
             if tail:  # mixed number n(a/b) -> ( n + a / b )
                 a, b = tail.group(1) or tail.group(2), tail.group(3) or tail.group(4)
                 emit_operand_start("(")
@@ -130,7 +130,7 @@ def tokenize_infix(s: str) -> list[str]:
             else:
                 emit_operand_start(text)
             i = j
-        elif c == "." and s[i + 1:i + 2].isdigit():
+        elif c == "." and s[i + 1:i + 2].isdecimal():
             raise ExprError(f"malformed number (no digit before '.') in {raw!r}")
         elif c == "*" and s[i + 1:i + 2] == "*":
             tokens.append("^")

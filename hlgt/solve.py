@@ -12,10 +12,13 @@ number one token; Chinese numerals are words unless the text has no number) →
 ``extract_quantities`` (a text without quantities is refused with a message) → the model's configured annotator (or
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer. A ``--file`` of problems is
-prepared line by line (a bad line gets an error entry, the others go on) and decoded in batches
-by the evaluation decoder, with progress. ``--explain PAGE`` (one text) and ``--explain-dir DIR``
-(a file: one page per problem and ``index.html``) also write the problem as the model sees it
-(``hlgt.explain``); a text the model cannot read gets a page too, saying why.
+read a line at a time and solved ``SOLVE_CHUNK`` lines at a time, in bounded memory: each line is
+prepared on its own (a bad line gets an error entry naming its file and line, the others go on; a
+repeated id is made unique, with a note) and decoded in batches by the evaluation decoder, with
+progress; the answers file replaces ``--out`` whole once every line is answered.
+``--explain PAGE`` (one text) and ``--explain-dir DIR`` (a file: one page per problem and
+``index.html``, written chunk by chunk as the answers are) also write the problem as the model
+sees it (``hlgt.explain``); a text the model cannot read gets a page too, saying why.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
 ``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
@@ -26,26 +29,31 @@ of problems and the command.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import math
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from hlgt.cli import Progress, positive_int
 from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
-from hlgt.data.problems import guess_lang
+from hlgt.data.problems import MAX_NOTES, UniqueIds, guess_lang, unreadable
 from hlgt.data.splits import LANGS
 from hlgt.data.schema import to_row
 from hlgt.data.srl import make_annotator
 from hlgt.data.text import tokenize
 from hlgt.expr import ExprError, eval_prefix
+from hlgt.files import replacing
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
 MAX_TEXT_CHARS = 20 * MAX_TOKENS
+SOLVE_CHUNK = 1024  # lines of a --file prepared and decoded at a time: its memory, whatever the file's size
 
 
 @dataclass(frozen=True)
@@ -178,29 +186,58 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     return solution(row, decoded.candidates[0][0] if decoded.candidates else [])
 
 
-def read_requests(path: str | Path) -> list[tuple[str, str | None, str | None]]:
-    """A ``--file``'s lines as (id, text, error): JSON objects with ``text`` and an optional ``id``
-    (default: the line number); a line that is not such an object gets an error, blank lines none."""
+@dataclass(frozen=True)
+class Request:
+    """One line of a ``--file``: where it is (``FILE:LINE``), the problem's id and text, or why it
+    cannot be solved."""
+    where: str
+    id: str
+    text: str | None
+    error: str | None
+
+
+def read_requests(path: str | Path, notes: list[str] | None = None) -> Iterator[Request]:
+    """A ``--file``'s lines as requests, read one at a time (on ``\n`` only: a raw U+2028 inside a
+    string is no line break): JSON objects with ``text`` and an optional ``id`` (a string or a
+    number; default: the line number). A line that is not such an object gets an error naming the
+    file and line, blank lines nothing; a repeated id is made unique, with a note in ``notes``. The
+    file is checked now: one whose first line is not UTF-8 text is no JSON Lines file at all."""
+    path = Path(path)
+    with path.open("rb") as f:
+        first = next((line for line in f if line.strip()), b"").removeprefix(b"\xef\xbb\xbf")
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")  # not splitlines: JSON strings may hold U+2028
+        first.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start}); --file takes "
                          "JSON Lines") from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            out.append((str(number), None, f"line {number} is not JSON ({e.msg})"))
-            continue
-        pid = str(record.get("id", number)) if isinstance(record, dict) else str(number)
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            out.append((pid, None, f"line {number} is not an object with a \"text\" string"))
-            continue
-        out.append((pid, record["text"], None))
-    return out
+    return _requests(path, notes if notes is not None else [])
+
+
+def _requests(path: Path, notes: list[str]) -> Iterator[Request]:
+    ids = UniqueIds()
+    with path.open("rb") as f:  # a binary file's lines end at b"\n" alone
+        for number, raw in enumerate(f, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.removesuffix(b"\n").decode("utf-8").removeprefix("\ufeff" if number == 1 else "")
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                yield Request(where, ids.take(str(number)), None, f"{where}: not JSON ({unreadable(e).detail})")
+                continue
+            pid = record.get("id", number) if isinstance(record, dict) else number
+            if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+                yield Request(where, ids.take(str(number)), None,
+                              f"{where}: \"id\" is {json.dumps(pid)[:40]}: give a string or a number, or no id")
+                continue
+            unique = ids.take(str(pid))
+            if unique != str(pid):
+                notes.append(f"{where}: id {str(pid)!r} repeats an earlier line's: answered as {unique!r}")
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                yield Request(where, unique, None, f"{where}: not an object with a \"text\" string")
+                continue
+            yield Request(where, unique, record["text"], None)
 
 
 def check_out(in_path: str | Path, out_path: str | Path) -> None:
@@ -217,80 +254,117 @@ def check_out(in_path: str | Path, out_path: str | Path) -> None:
         raise PermissionError(f"--out {out_path}: the folder {out.parent} is not writable")
 
 
+def prepare_requests(requests: list[Request], annotator, lang: str | None) -> tuple[list[dict], dict[int, dict]]:
+    """The answer entries of some requests begun (id, or id and error) and the rows of those that
+    can be solved, by their place among the requests."""
+    results: list[dict] = []
+    rows: dict[int, dict] = {}
+    for k, request in enumerate(requests):
+        error = request.error
+        if error is None:
+            try:
+                rows[k] = problem_row(request.text, lang, annotator)
+            except Exception as e:  # one bad line must not end a file of 100,000
+                error = f"{request.where}: {e if isinstance(e, ValueError) else f'{type(e).__name__}: {e}'}"
+        results.append({"id": request.id, "error": error} if error else {"id": request.id})
+    return results, rows
+
+
+def answer_rows(solver, flat: dict, results: list[dict], rows: dict[int, dict], beam_size: int | None = None) -> None:
+    """Decode the prepared rows and complete their entries: equation and answer, or the error."""
+    from hlgt.inference import format_answer
+
+    for k, s in zip(rows, solve_rows(solver, flat, list(rows.values()), beam_size) if rows else []):
+        results[k].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
+        if s.not_read:
+            results[k]["not_read"] = s.not_read
+        if s.error is not None:
+            results[k]["error"] = f"the equation does not evaluate: {s.error}"
+
+
+def solve_requests(solver, flat: dict, requests: list[Request], annotator, lang: str | None,
+                   beam_size: int | None = None) -> list[dict]:
+    """The answer entries of some requests, in their order: id, equation and answer, or id and error."""
+    results, rows = prepare_requests(requests, annotator, lang)
+    answer_rows(solver, flat, results, rows, beam_size)
+    return results
+
+
 def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path | None = None,
                lang: str | None = None, annotator: str | None = None, beam_size: int | None = None,
-               explain_dir: str | Path | None = None) -> tuple[int, int]:
+               notes: list[str] | None = None, explain_dir: str | Path | None = None) -> tuple[int, int]:
     """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
     order: id, equation and answer, or id and error) and/or ``explain_dir`` (one page per problem
-    and an index, ``explain_file``); returns (solved, errors)."""
-    from hlgt.inference import format_answer, load_model
+    and an index, ``FilePages``), ``SOLVE_CHUNK`` lines at a time, so that a file of any size is
+    solved in bounded memory; ``out_path`` is replaced when all are written. Both paths are checked
+    before any work. Returns (solved, errors); notes about lines go to ``notes``."""
+    from hlgt.inference import load_model
 
     if out_path is None and explain_dir is None:
         raise ValueError("solving a file needs an --out file or an --explain-dir folder")
     if out_path is not None:
         check_out(in_path, out_path)
-    pages = None
-    if explain_dir is not None:
-        from hlgt.pages import PageFolder
-
-        pages = PageFolder(explain_dir)  # checked here, before any work
-    requests = read_requests(in_path)
+    pages = FilePages(explain_dir) if explain_dir is not None else None
+    requests = read_requests(in_path, notes)
     solver, flat = load_model(model_dir)
     annotate = model_annotator(flat, annotator)
+    getattr(annotate, "load", lambda: None)()  # a model that cannot load fails once, before any line
     lang = lang or model_lang(flat)
-    results: list[dict] = []
-    rows, slots = [], []
-    for pid, text, error in requests:
-        if error is None:
-            try:
-                rows.append(problem_row(text, lang, annotate))
-                slots.append(len(results))
-            except ValueError as e:
-                error = str(e)
-        results.append({"id": pid, "error": error} if error else {"id": pid})
-    progress = Progress(len(rows), "solve") if rows else None
-    for slot, s in zip(slots, solve_rows(solver, flat, rows, beam_size, progress.update if progress else None)):
-        results[slot].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
-        if s.not_read:
-            results[slot]["not_read"] = s.not_read
-        if s.error is not None:
-            results[slot]["error"] = f"the equation does not evaluate: {s.error}"
-    if pages is not None:
-        with pages:
-            explain_file(pages, model_dir, solver, flat, requests, results, dict(zip(slots, rows)), lang, annotate,
-                         beam_size)
-    if out_path is not None:
-        out_path = Path(out_path)
-        tmp = out_path.with_name(out_path.name + ".partial")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results), encoding="utf-8")
-        tmp.replace(out_path)
-    errors = sum("error" in r for r in results)
-    return len(results) - errors, errors
+    progress, done, errors = Progress(None, "solve"), 0, 0
+    with (replacing(out_path) if out_path is not None else contextlib.nullcontext()) as out, \
+            (pages.open(model_dir, flat) if pages is not None else contextlib.nullcontext()):
+        while chunk := list(itertools.islice(requests, SOLVE_CHUNK)):
+            results, rows = prepare_requests(chunk, annotate, lang)
+            answer_rows(solver, flat, results, rows, beam_size)
+            if out is not None:
+                out.write("".join(json.dumps(result, ensure_ascii=False) + "\n" for result in results))
+            if pages is not None:
+                pages.add(solver, chunk, results, rows, lang, annotate, beam_size)
+            errors += sum("error" in result for result in results)
+            done += len(chunk)
+            progress.update(done)
+    progress.end()
+    return done - errors, errors
 
 
-def explain_file(pages, model_dir, solver, flat: dict, requests: list, results: list[dict], rows: dict[int, dict],
-                 lang: str | None, annotate, beam_size: int | None) -> None:
-    """One page per request into the ``PageFolder`` ``pages`` (``rows``: the readable ones' rows by
-    request), what could be read of the others under their error, and the index."""
-    from hlgt import explain
+class FilePages:
+    """A ``--file``'s pages (``--explain-dir``): one per request, a refused one's from what could
+    be read of it under its error, added chunk by chunk, and the index once the file is read. The
+    folder (``hlgt.pages.PageFolder``) is checked when this is made, before any work."""
 
-    variant, about = flat["data.graph"], explain.about_model(model_dir, flat)
-    progress = Progress(len(requests), "explain")
-    entries = []
-    for k, ((pid, text, _), result) in enumerate(zip(requests, results)):
-        if k in rows:
-            row, notice = {**rows[k], "id": pid}, None
-            decoded = explain.decode(solver, row, variant, beam_size)
-        else:
-            row, no_graph = partial_row(text, lang, annotate)
-            row, notice, decoded = {**row, "id": pid}, "; ".join(filter(None, [result["error"], no_graph])), None
-        html = explain.page(row, variant, decoded=decoded, notice=notice, about=about,
-                            line_graph=flat["model.line_graph"])
-        outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
-        entries.append((pages.add(pid, html), [pid, (text or "")[:120], outcome]))
-        progress.update(k + 1)
-    pages.index(explain.index_page(f"{len(entries)} problems of a file", ["id", "text", "equation (answer) or error"],
-                                   entries, about=about))
+    def __init__(self, folder: str | Path):
+        from hlgt.pages import PageFolder
+
+        self.folder = PageFolder(folder)
+        self.entries: list[tuple[str, list[str]]] = []
+
+    @contextlib.contextmanager
+    def open(self, model_dir: str | Path, flat: dict) -> Iterator[FilePages]:
+        from hlgt import explain
+
+        self.flat, self.about = flat, explain.about_model(model_dir, flat)
+        with self.folder:
+            yield self
+            self.folder.index(explain.index_page(
+                f"{len(self.entries)} problems of a file", ["id", "text", "equation (answer) or error"],
+                self.entries, about=self.about))
+
+    def add(self, solver, requests: list[Request], results: list[dict], rows: dict[int, dict], lang: str | None,
+            annotate, beam_size: int | None) -> None:
+        from hlgt import explain
+
+        variant = self.flat["data.graph"]
+        for k, (request, result) in enumerate(zip(requests, results)):
+            if k in rows:
+                row, notice = {**rows[k], "id": request.id}, None
+                decoded = explain.decode(solver, row, variant, beam_size)
+            else:
+                row, no_graph = partial_row(request.text, lang, annotate)
+                row, notice, decoded = {**row, "id": request.id}, "; ".join(filter(None, [result["error"], no_graph])), None
+            html = explain.page(row, variant, decoded=decoded, notice=notice, about=self.about,
+                                line_graph=self.flat["model.line_graph"])
+            outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
+            self.entries.append((self.folder.add(request.id, html), [request.id, (request.text or "")[:120], outcome]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,10 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.text and not (args.file and (args.out or args.explain_dir)):
         p.error("give a problem text, or --file FILE with --out FILE (and/or --explain-dir DIR)")
     if args.file:
+        notes: list[str] = []
         solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,
-                                    beam_size=args.beam_size, explain_dir=args.explain_dir)
-        where = " and ".join(filter(None, [args.out, args.explain_dir and f"{args.explain_dir}/index.html"]))
+                                    beam_size=args.beam_size, notes=notes, explain_dir=args.explain_dir)
+        where = " and ".join(filter(None, [args.out, args.explain_dir and str(Path(args.explain_dir) / "index.html")]))
         print(f"[solve] {solved} solved, {errors} with an error -> {where}")
+        for note in notes[:MAX_NOTES]:
+            print(f"[solve] note: {note}")
+        if len(notes) > MAX_NOTES:
+            print(f"[solve] note: {len(notes) - MAX_NOTES} more repeated ids made unique")
         return 0
     from hlgt.inference import format_answer  # after parsing: see solve_text
 

@@ -1,11 +1,11 @@
-"""hlgt.train.bench runs end to end on the sample data (a smoke test of the command: the speed
+"""hlgt-bench runs end to end on the sample data (a smoke test of the command: the speed
 figures themselves are measurements for BENCHMARKS.md, never asserted)."""
 import re
 
 import pytest
 import torch
 
-from hlgt.train.bench import main
+from hlgt.commands.bench import main
 
 
 @pytest.mark.usefixtures("one_thread")

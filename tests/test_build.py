@@ -148,9 +148,50 @@ def test_missing_training_file_builds_without_vocab(ape_like, tmp_path, capsys):
 
 def test_refuses_to_clear_a_foreign_folder(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not shards"):
+    with pytest.raises(FileExistsError, match=rf"{tmp_path} is no shard folder of this version's builds .*rm -r"):
         build(SAMPLE, out=tmp_path, actors=0)
     assert (tmp_path / "notes.txt").exists()
+
+
+def test_a_build_replaces_only_its_manifest_and_shard_files(tmp_path):
+    out = build(SAMPLE, splits=["valid"], out=tmp_path / "shards", actors=0)
+    (out / "train").mkdir()  # the user's own folder, named like a split
+    (out / "train" / "mine.txt").write_text("mine")
+    (out / "valid" / "notes.txt").write_text("mine too")
+    with pytest.raises(FileExistsError, match=r"holds files that are not shards \(train/mine.txt, valid/notes.txt\)"):
+        build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)
+    assert (out / "train" / "mine.txt").exists() and (out / "valid" / "notes.txt").exists()
+    (out / "valid" / "notes.txt").unlink()
+    shutil.rmtree(out / "train")
+    build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)  # its own files: replaced
+    # A shard folder an earlier version built (no marker) is left to the user to remove.
+    (out / ".hlgt-folder").unlink()
+    with pytest.raises(FileExistsError, match=rf"if an earlier version built it, remove it by hand \(rm -r {out}\)"):
+        build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)
+    assert len(load_rows(out, "valid")) == load_manifest(out)["splits"]["valid"]["kept"]
+
+
+def test_a_damaged_manifest_is_named_and_force_rebuilds_it(tmp_path):
+    out = build(SAMPLE, splits=["valid"], out=tmp_path / "shards", actors=0)
+    (out / MANIFEST).write_text('{"schema_version": 1, "splits": {"val', encoding="utf-8")  # cut short
+    with pytest.raises(ValueError, match=rf"{out / MANIFEST} is damaged .*--force"):
+        build(SAMPLE, splits=["valid"], out=out, actors=0)
+    with pytest.raises(ValueError, match=rf"{out / MANIFEST} is damaged"):
+        load_rows(out, "valid")
+    build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)
+    assert load_manifest(out)["splits"]["valid"]["kept"] > 0
+
+
+def test_an_annotator_model_that_cannot_load_is_one_line_naming_the_option(tmp_path, capsys):
+    from hlgt.cli import run_command
+    from hlgt.data.build import main
+
+    argv = ["--dataset", "sample", "--split", "valid", "--no-ray", "--out", str(tmp_path / "s"),
+            "--annotator", "ltp", "--annotator-model", str(tmp_path / "no-model")]
+    assert run_command(main, "python -m hlgt.data.build", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--annotator-model (config key data.annotator_model) '{tmp_path / 'no-model'}': " \
+        "there is no such folder; download the LTP model" in err
 
 
 def test_default_folder_and_cli(tmp_path, monkeypatch):

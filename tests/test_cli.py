@@ -56,6 +56,16 @@ def test_run_keeps_bugs_loud_and_strips_debug(capsys, monkeypatch):
         run_command(buggy, "prog", [])
 
 
+def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch):
+    monkeypatch.delenv("HLGT_DEBUG", raising=False)
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    assert run_command(interrupted, "prog", []) == 130
+    assert capsys.readouterr().err == "prog: interrupted\n"
+
+
 def test_number_types_name_the_bound():
     import argparse
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hlgt.data.collate import collate, encode, iter_batches, tensors_of
+from hlgt.data.collate import collate, encode, iter_batches
+from hlgt.tensors import tensors_of
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, Graph, line_graph, select_variant
 from hlgt.data.numbers import Example, Quantity
 from hlgt.data.schema import rows_to_table, to_row

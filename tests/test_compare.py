@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from hlgt.train.compare import compare, main, mcnemar_exact
+from hlgt.commands.compare import main
+from hlgt.train.compare import compare, mcnemar_exact
 
 
 def write(path, verdicts):

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from hlgt import config as C
+from hlgt.ray_session import ray_address
 
 
 def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
@@ -25,9 +26,9 @@ def test_storage_follows_hlgt_storage(tmp_path, monkeypatch):
 def test_a_command_runs_its_own_ray_unless_given_one(monkeypatch):
     # Not whatever `ray start` left on this machine; a Ray job's command runs on the job's cluster.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert C.ray_address(None) == "local" and C.ray_address("auto") == "auto"
+    assert ray_address(None) == "local" and ray_address("auto") == "auto"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    assert C.ray_address(None) == "10.0.0.5:6379" and C.ray_address("ray://head:10001") == "ray://head:10001"
+    assert ray_address(None) == "10.0.0.5:6379" and ray_address("ray://head:10001") == "ray://head:10001"
 
 
 def test_is_uri():
@@ -43,7 +44,7 @@ def test_ablation_arms_are_checked_in_one_place():
         C.ablation_arms("gts,nope")
 
 
-@pytest.mark.parametrize("module", ["hlgt.train.__main__", "hlgt.train.bench", "hlgt.train.curve"])
+@pytest.mark.parametrize("module", ["hlgt.train.__main__", "hlgt.commands.bench", "hlgt.commands.curve"])
 @pytest.mark.parametrize("flag", ["--ablation", "old name"])
 def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     import importlib
@@ -60,6 +61,17 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     ({"train.epochs": 0}, "train.epochs"), ({"model.beam_size": 0}, "model.beam_size"),
     ({"train.cuda_graphs": True, "train.workers": 2}, "train.cuda_graphs=True runs .* in one process"),
     ({"train.cuda_graphs": True, "model.encoder": "hgt"}, "train.cuda_graphs=True runs the hlgt and none encoders"),
+    ({"train.lr": float("nan")}, "train.lr=nan must be a finite number > 0"), ({"train.lr": "inf"}, "train.lr=inf"),
+    ({"train.lr": 0}, "train.lr=0.0"), ({"train.lr": -1e-3}, "train.lr=-0.001"),
+    ({"train.lr_gamma": 0}, "train.lr_gamma=0.0"), ({"train.lr_gamma": "nan"}, "train.lr_gamma=nan"),
+    ({"train.weight_decay": "inf"}, "train.weight_decay=inf"), ({"model.beta_com": "inf"}, "model.beta_com=inf"),
+    ({"train.grad_clip": "nan"}, "train.grad_clip=nan"), ({"train.max_minutes": "-inf"}, "train.max_minutes=-inf"),
+    ({"data.dataset": "math23k", "data.fold": 3}, "data.fold=3 must be 0: math23k has no folds"),
+    ({"data.dataset": "mawps", "data.fold": 5}, "data.fold=5 must lie in 0..4 for MAWPS"),
+    ({"model.embedding_size": 1e11}, "model.embedding_size=100000000000 must lie in 1..16384"),
+    ({"model.hidden_size": 1 << 20, "model.heads": 1}, "model.hidden_size=1048576"),
+    ({"model.layers": 10_000}, "model.layers=10000"), ({"model.beam_size": 10**6}, "model.beam_size=1000000"),
+    ({"model.max_output_len": 10**7}, "model.max_output_len=10000000"),
 ])
 def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
     with pytest.raises(ValueError, match=f"bad config: {named}"):
@@ -76,3 +88,20 @@ def test_local_paths_are_made_absolute_where_the_command_runs(tmp_path, monkeypa
     assert cfg.train.word_vectors == ""  # unset stays unset
     monkeypatch.chdir(tmp_path.parent)
     assert C.Config.from_flat(cfg.to_flat()).data.shards_dir == str(tmp_path / "processed")
+
+
+def test_a_hand_edited_model_config_with_a_size_beyond_reason_is_one_line(model_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    from hlgt.cli import run_command
+    from hlgt.solve import main
+
+    edited = tmp_path / "best"
+    shutil.copytree(model_dir, edited)
+    saved = json.loads((edited / "run_config.json").read_text())
+    saved["config"]["model.embedding_size"] = 1e11
+    (edited / "run_config.json").write_text(json.dumps(saved))
+    assert run_command(main, "python -m hlgt.solve", ["--model", str(edited), "Tom has 3 apples and 4 pears."]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "model.embedding_size=100000000000 must lie in 1..16384" in err

@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.data.collate import iter_batches
 from hlgt.data.shards import load_rows, load_vocab
@@ -48,15 +49,15 @@ def test_shapes_learned_from_the_first_epochs_plans_pad_it_and_later_ones(shards
     shapes = [b.shape for b in steps.buckets.values()]
     assert all(s is not None and s.problems == 8 for s in shapes)
     first = [steps.plan(b) for b in epochs[0]]
-    assert all(b.shape is not None for b in first if len(b) == 8)  # every full batch of it replays
+    assert all(p.plan.shape is not None for p in first if len(p) == 8)  # every full batch of it replays
     assert "grown" not in steps.epoch_note()
     second = [steps.plan(b) for b in epochs[1]]
-    full = [b for b in second if len(b) == 8]
-    assert all(b.shape is None or any(b.shape is s for s in shapes) for b in full)
-    assert all(b.tokens.size(1) == b.shape.tokens and b.tree_plan.n_levels == len(b.shape.tree.goals)
-               for b in full if b.shape is not None)
-    assert sum(b.shape is not None for b in full) >= len(full) // 2  # most of another shuffle fits
-    assert all(b.shape is None for b in second if len(b) < 8)  # the short last batch stays eager
+    full = [p for p in second if len(p) == 8]
+    assert all(p.plan.shape is None or any(p.plan.shape is s for s in shapes) for p in full)
+    assert all(p.batch.tokens.size(1) == p.plan.shape.tokens and p.plan.trees.n_levels == len(p.plan.shape.tree.goals)
+               for p in full if p.plan.shape is not None)
+    assert sum(p.plan.shape is not None for p in full) >= len(full) // 2  # most of another shuffle fits
+    assert all(p.plan.shape is None for p in second if len(p) < 8)  # the short last batch stays eager
 
 
 def test_a_shape_its_batches_outgrew_grows_at_the_epochs_end(shards):
@@ -77,7 +78,7 @@ def test_the_captured_module_computes_the_solvers_losses(shards, arm):
     batch = next(iter(iter_batches(rows, vocab, 8)))
     shape = solver.shape_of(solver.plan(batch))
     padded = solver.plan(batch, shape)
-    states = solver.encoder.recurrence(padded)
+    states = solver.encoder.recurrence(padded.batch, padded.plan.packing)
     module = _AfterRecurrence(solver, padded, len(states))
     outs = module(*states, *_graph_inputs(padded))
     want = solver.after_recurrence(padded, states)
@@ -125,7 +126,7 @@ def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
     variant = Config.from_flat({**TINY, **C.ABLATIONS[arm]}).data.graph
     batch = next(iter(iter_batches(rows, vocab, 8, variant=variant)))
     padded = solver.plan(batch, solver.shape_of(solver.plan(batch)))
-    states = solver.encoder.recurrence(padded)
+    states = solver.encoder.recurrence(padded.batch, padded.plan.packing)
     meta = torch.device("meta")
     on_meta, batch_meta = copy.deepcopy(solver).to(meta), padded.to(meta)
     states_meta = [s.detach().to(meta).requires_grad_(s.requires_grad) for s in states]
@@ -178,7 +179,7 @@ def test_replayed_steps_train_as_eager_steps_do(shards, tmp_path, arm):
         cfg = Config.from_flat({**TINY, **C.ABLATIONS[arm], "train.epochs": 3, "train.use_gpu": True,
                                 "train.cuda_graphs": graphs})
         result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(device=torch.device("cuda")))
-        runs[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
+        runs[graphs] = [m[M.TRAIN_LOSS] for m in result.history]
     assert runs[True] == pytest.approx(runs[False], rel=1e-3)
 
 
@@ -198,10 +199,10 @@ def test_a_failed_capture_leaves_every_later_step_eager(shards, monkeypatch):
     batches = list(iter_batches(rows, vocab, 8))
     steps.learn(batches)
     padded = steps.plan(batches[0])
-    assert padded.shape is not None
+    assert padded.plan.shape is not None
     out = steps.forward(padded)
-    assert out["loss"].item() == pytest.approx(solver.after_recurrence(padded, solver.encoder.recurrence(padded))
-                                                ["loss"].item(), rel=1e-5)  # dropout 0
+    states = solver.encoder.recurrence(padded.batch, padded.plan.packing)
+    assert out["loss"].item() == pytest.approx(solver.after_recurrence(padded, states)["loss"].item(), rel=1e-5)
     steps.forward(steps.plan(batches[1]))
     assert steps.epoch_note() == ("cuda graphs: 0 batches replayed, 2 eager; capture failed, every step eager: "
                                   "operation not permitted when stream is capturing")
@@ -227,7 +228,7 @@ def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path):
     for graphs in (False, True):
         cfg = Config.from_flat({**TINY, "train.epochs": 3, "train.cuda_graphs": graphs})
         result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(log=logs.append))
-        losses[graphs] = [m[C.TRAIN_LOSS] for m in result.history]
+        losses[graphs] = [m[M.TRAIN_LOSS] for m in result.history]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
     notes = [m for m in logs if m.startswith("cuda graphs:")]
     assert len(notes) == 1 + 3 and "shapes learned" in notes[0]

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from hlgt import config as C
-from hlgt.train.curve import main, parse_arms
+from hlgt import metrics as M
+from hlgt.commands.curve import main, parse_arms
 
 TINY = ["--dataset", "sample", "--limit", "40", "--val-limit", "6", "--epochs", "2", "--threads", "1",
         "--set", "model.hidden_size=16", "--set", "model.embedding_size=8", "--set", "model.heads=2",
@@ -27,12 +28,12 @@ def test_curve_trains_the_arms_side_by_side(tmp_path, capfd, monkeypatch, jobs):
     histories = saved["histories"]
     assert list(histories) == ["gts", "full+model.beta_com=0.5"]
     for arm, history in histories.items():
-        assert [m[C.EPOCH] for m in history] == [1, 2]
+        assert [m[M.EPOCH] for m in history] == [1, 2]
         for m in history:
-            assert 0 <= m[C.VAL_VALUE_ACC] <= 1 and m[C.VAL_TREE_LOSS] > 0 and m[C.TRAIN_GRAD_NORM_MAX] > 0
-            assert m[C.grad_norm_metric("decoder")] > 0 and m[C.scale_metric("h_b")] > 0
-    assert C.grad_norm_metric("graph") not in histories["gts"][0]
-    assert histories["full+model.beta_com=0.5"][0][C.grad_norm_metric("graph")] > 0
+            assert 0 <= m[M.VAL_VALUE_ACC] <= 1 and m[M.VAL_TREE_LOSS] > 0 and m[M.TRAIN_GRAD_NORM_MAX] > 0
+            assert m[M.grad_norm_metric("decoder")] > 0 and m[M.scale_metric("h_b")] > 0
+    assert M.grad_norm_metric("graph") not in histories["gts"][0]
+    assert histories["full+model.beta_com=0.5"][0][M.grad_norm_metric("graph")] > 0
     assert json.loads((out_dir / "full_model.beta_com_0.5" / "checkpoint" / "config.json").read_text())[
         "model.beta_com"] == 0.5
     assert (out_dir / "curve.md").read_text().count("\n| 2 |") == 3

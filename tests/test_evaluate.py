@@ -1,6 +1,7 @@
 """Scoring on hand-made predictions: value and equation accuracy, Table-4 buckets, predictions
 file; the command on a model trained briefly on the sample data (``model_dir``, tests/conftest.py)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +197,92 @@ def test_evaluating_a_file_that_has_no_scorable_problem_is_one_line(model_dir, t
     path = _problem_file(tmp_path / "empty.jsonl", [too_long], "generic")
     assert run_command(main, "evaluate", ["--model", str(model_dir), "--data", str(path)]) == 2
     assert "no problem can be scored" in capsys.readouterr().err
+
+
+def test_an_out_that_cannot_take_the_files_is_refused_before_the_model_is_loaded(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(NotADirectoryError, match=r"--out .*a-file/out: .*a-file is a file, not a folder"):
+        main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(tmp_path / "a-file" / "out")])
+
+
+def test_a_rewrite_cut_short_leaves_the_earlier_predictions(tmp_path, scored, monkeypatch):
+    import hlgt.train.evaluate as E
+
+    paths = write_report(tmp_path, "test", summarise(scored), scored)
+    before = paths["predictions"].read_text(encoding="utf-8")
+    calls = []
+
+    def killed(s):
+        calls.append(s)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C or a kill halfway through the file
+        return json.loads(json.dumps(s.__dict__))
+
+    monkeypatch.setattr(E, "asdict", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(tmp_path, "test", summarise(scored), scored)
+    assert paths["predictions"].read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["numbers_test.csv", "numbers_test.md", "predictions_test.jsonl"]
+
+
+def test_a_full_disk_names_the_file(tmp_path, scored):
+    """A write that fails (here past RLIMIT_FSIZE, as on a full disk) names the file it was writing."""
+    import subprocess
+    import sys
+
+    script = f"""
+import resource, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_evaluate import ROWS, PREDICTIONS
+from hlgt.train.evaluate import score, summarise, write_report
+scored = [score(r, p) for r, p in zip(ROWS, PREDICTIONS)]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (600, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    write_report({str(tmp_path)!r}, "test", summarise(scored), scored)
+except OSError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == f"[Errno 27] File too large (writing {tmp_path / 'predictions_test.jsonl'})", out.stderr
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_a_file_of_odd_records_is_scored_around_them_naming_file_and_line(model_dir, tmp_path, capsys):
+    good = {"id": "g", "original_text": "Tom has 5 pens and gives 3 away .", "equation": "x=5-3", "ans": "2"}
+    path = tmp_path / "odd.jsonl"
+    path.write_text("\n".join([
+        json.dumps(good),
+        '{"id": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"id": "n", "original_text": "a 3 b 4", "equation": "x=3+4", "ans": ' + "9" * 5000 + "}",
+        json.dumps({**good, "id": "signs", "equation": "x=፩+3"}, ensure_ascii=False),
+        json.dumps({**good, "id": "ans", "ans": "⓷"}, ensure_ascii=False),
+        json.dumps({**good, "id": "ls", "original_text": "Tom has 5\u2028pens and\u2029gives 3\u0085away ."},
+                   ensure_ascii=False),
+        json.dumps({**good, "ans": None}),
+    ]) + "\n", encoding="utf-8")
+    assert main(["--model", str(model_dir), "--data", str(path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    ids = [p["id"] for p in read_predictions(tmp_path / "out" / "predictions_odd.jsonl")]
+    assert ids == ["g", "signs", "ls", "g#2"]
+    assert ("7 records: 4 scored, 3 not scored (nested_too_deep 1, number_too_long 1, unreadable_answer 1); "
+            "without a gold equation the model can write: unparseable_equation 1") in out
+    for note in (f"{path}:2: nested_too_deep", f"{path}:3: number_too_long",
+                 f"{path}:5: unreadable_answer (problem ans: cannot read answer '⓷')",
+                 f"{path}:7: id 'g' repeats an earlier record's: read as 'g#2'"):
+        assert f"[evaluate] {note}" in out
+
+
+def test_a_file_is_prepared_a_chunk_at_a_time_with_the_same_rows(model_dir, tmp_path):
+    from hlgt.data.build import FileCounts, file_chunks
+    import hlgt.data.splits as splits
+
+    path = splits.SAMPLE_DIR / "en_train.json"
+    solver, flat = load_model(model_dir)
+    small, whole = FileCounts(), FileCounts()
+    chunks = list(file_chunks(path, solver.vocab.constants, "offline", "", small, size=8))
+    (rows,) = list(file_chunks(path, solver.vocab.constants, "offline", "", whole))
+    assert [len(c) for c in chunks[:-1]] == [8] * (len(chunks) - 1) and len(chunks) > 3
+    assert [r for c in chunks for r in c] == rows
+    assert (small.read.records, small.not_scored, small.unanswerable) == (whole.read.records, whole.not_scored,
+                                                                           whole.unanswerable)

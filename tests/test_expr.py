@@ -315,3 +315,11 @@ def test_real_equations_evaluate_to_answers(relpath):
     assert failures == KNOWN_FAILURES[relpath]
     assert ok + len(failures) == len(records)
 
+
+
+@pytest.mark.parametrize("equation", ["x=፩+3", "x=3*⓷", "x=1.፩"])
+def test_a_digit_like_sign_that_is_no_decimal_digit_is_an_expr_error(equation):
+    """69 code points pass str.isdigit() without being digits a number can be read from."""
+    with pytest.raises(ExprError):
+        tokenize_infix(equation)
+    assert parse_answer("፩") is None

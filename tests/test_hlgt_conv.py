@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.data.collate import tensors_to
+from hlgt.tensors import tensors_to
 from hlgt.data.graph import line_graph
 from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv, TypeGroups
 

@@ -4,6 +4,10 @@ Every module of the ``hlgt`` package is parsed (not imported) and each import of
 module counts, at module level or inside a function: a function-level import only hides a cycle
 until the function runs. ``from hlgt.x import y`` points at ``hlgt.x.y`` when ``y`` is a
 submodule, else at ``hlgt.x``; relative imports are resolved against the importing module.
+
+The one exception is a module's ``if __name__ == "__main__":`` stanza: it runs only when the
+module is the program (``python -m hlgt.train.compare``), where it hands over to the module's
+command in ``hlgt.commands``; nothing that imports the module ever runs it.
 """
 import ast
 import pkgutil
@@ -34,11 +38,27 @@ def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _is_main_stanza(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` at module level."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules that ``module`` imports anywhere in its source."""
+    """The project modules that ``module`` imports anywhere in its source but its ``__main__``
+    stanza."""
     is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree.body = [node for node in tree.body if not _is_main_stanza(node)]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -116,6 +136,15 @@ def test_cycle_finder_resolves_relative_and_submodule_imports(tmp_path):
     (tmp_path / "m.py").write_text("def f():\n    from . import sub\n    from .sub import x\n    from .. import top\n")
     modules = {"q": tmp_path, "q.pkg": tmp_path, "q.pkg.m": tmp_path / "m.py", "q.pkg.sub": tmp_path, "q.top": tmp_path}
     assert imports_of("q.pkg.m", tmp_path / "m.py", modules) == {"q.pkg.sub", "q.top"}
+
+
+def test_a_main_stanza_is_no_import_of_the_module(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "from . import sub\n\nif __name__ == '__main__':\n    from .cmd import run\n    run()\n"
+        "if __name__ == 'other':\n    from . import top\n"
+    )
+    modules = {"q": tmp_path, "q.sub": tmp_path, "q.cmd": tmp_path, "q.top": tmp_path, "q.m": tmp_path / "m.py"}
+    assert imports_of("q.m", tmp_path / "m.py", modules) == {"q.sub", "q.top"}
 
 
 def test_no_import_cycle_between_project_modules():

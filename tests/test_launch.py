@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.train import launch, loop
 
@@ -61,21 +61,21 @@ def test_two_workers_on_two_nodes(cluster, shards, tmp_path):
 
     workers = train_workers()
     assert len(workers) == 2 and len({a["Address"]["NodeID"] for a in workers}) == 2, "each worker on its own node"
-    assert result.metrics[C.EPOCH] == 3 and C.TEST_VALUE_ACC in result.metrics
+    assert result.metrics[M.EPOCH] == 3 and M.TEST_VALUE_ACC in result.metrics
     run = Path(result.run_dir)
     checkpoints = sorted(run.glob("checkpoint_*"))
     assert checkpoints and len(checkpoints) <= 3  # best 2 by val/value_acc + the latest
     state = loop.read_checkpoint(result.checkpoint)
-    assert state["finished"] and [m[C.EPOCH] for m in state["history"]] == [1, 2, 3]
-    assert all(C.VAL_VALUE_ACC in m and C.TRAIN_LOSS in m for m in state["history"])
+    assert state["finished"] and [m[M.EPOCH] for m in state["history"]] == [1, 2, 3]
+    assert all(M.VAL_VALUE_ACC in m and M.TRAIN_LOSS in m for m in state["history"])
     # Published next to the checkpoints: the model folder, results, predictions.
     assert (run / "best" / "run_config.json").exists() and (run / "predictions_test.jsonl").exists()
     results = json.loads((run / "results.json").read_text())
-    assert results[C.EPOCH] == 3
+    assert results[M.EPOCH] == 3
     # Validation during training is decoded by both ranks and gathered; the final one by rank 0
     # alone: the best epoch's two evaluations of the same weights agree.
-    best = next(m for m in state["history"] if m[C.EPOCH] == state["best_epoch"])
-    assert (results[C.VAL_VALUE_ACC], results[C.VAL_EQUATION_ACC]) == (best[C.VAL_VALUE_ACC], best[C.VAL_EQUATION_ACC])
+    best = next(m for m in state["history"] if m[M.EPOCH] == state["best_epoch"])
+    assert (results[M.VAL_VALUE_ACC], results[M.VAL_EQUATION_ACC]) == (best[M.VAL_VALUE_ACC], best[M.VAL_EQUATION_ACC])
 
 
 def kill_a_worker_after_first_checkpoint(run_dir: Path, done: threading.Event, timeout: float = 240):
@@ -87,7 +87,7 @@ def kill_a_worker_after_first_checkpoint(run_dir: Path, done: threading.Event, t
                 latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result")
             except json.JSONDecodeError:
                 latest = None
-            if latest and latest["metrics"].get(C.EPOCH, 0) >= 1:
+            if latest and latest["metrics"].get(M.EPOCH, 0) >= 1:
                 alive = [a for a in train_workers() if a["State"] == "ALIVE"]
                 if alive:
                     os.kill(alive[-1]["Pid"], signal.SIGKILL)
@@ -110,5 +110,5 @@ def test_killed_run_resumes_with_the_same_name(cluster, shards, tmp_path):
     second = fit(shards, tmp_path, name, max_failures=0)
     state = loop.read_checkpoint(second.checkpoint)
     assert state["starts"][0] == 0 and state["starts"][-1] >= 1, "the re-run continued from a checkpoint"
-    assert [m[C.EPOCH] for m in state["history"]] == [1, 2, 3]  # as many epochs as an uninterrupted run
-    assert second.metrics[C.EPOCH] == 3
+    assert [m[M.EPOCH] for m in state["history"]] == [1, 2, 3]  # as many epochs as an uninterrupted run
+    assert second.metrics[M.EPOCH] == 3

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.train import loop
 
@@ -35,18 +35,18 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     run = tmp_path / "run"
     result = loop.train(tiny(), shards, run_dir=run)
 
-    assert [m[C.EPOCH] for m in result.history] == [1, 2]
+    assert [m[M.EPOCH] for m in result.history] == [1, 2]
     for m in result.history:
-        assert m[C.TRAIN_LOSS] > 0 and 0.0 <= m[C.VAL_VALUE_ACC] <= 1.0 and m[C.TRAIN_PROBLEMS_PER_S] > 0
+        assert m[M.TRAIN_LOSS] > 0 and 0.0 <= m[M.VAL_VALUE_ACC] <= 1.0 and m[M.TRAIN_PROBLEMS_PER_S] > 0
         # Per-part gradient norms (each at most the global one) and activation scales, every epoch.
-        parts = [m[C.grad_norm_metric(p)] for p in C.MODEL_PARTS]
-        assert all(0 < n <= m[C.TRAIN_GRAD_NORM_MAX] * (1 + 1e-6) for n in parts)
-        assert m[C.TRAIN_GRAD_NORM_MAX] <= (sum(n * n for n in parts) ** 0.5) * (1 + 1e-6)
-        assert all(m[C.scale_metric(a)] > 0 for a in C.ACTIVATIONS)
-        assert m[C.VAL_TREE_LOSS] > 0  # teacher-forced on validation, every evaluated epoch
-    assert result.history[1][C.LR] == pytest.approx(0.5 * result.history[0][C.LR])  # StepLR(1, 0.5)
-    assert set(result.metrics) >= {C.VAL_VALUE_ACC, C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC, C.EPOCH}
-    assert result.metrics[C.EPOCH] == 2
+        parts = [m[M.grad_norm_metric(p)] for p in M.MODEL_PARTS]
+        assert all(0 < n <= m[M.TRAIN_GRAD_NORM_MAX] * (1 + 1e-6) for n in parts)
+        assert m[M.TRAIN_GRAD_NORM_MAX] <= (sum(n * n for n in parts) ** 0.5) * (1 + 1e-6)
+        assert all(m[M.scale_metric(a)] > 0 for a in M.ACTIVATIONS)
+        assert m[M.VAL_TREE_LOSS] > 0  # teacher-forced on validation, every evaluated epoch
+    assert result.history[1][M.LR] == pytest.approx(0.5 * result.history[0][M.LR])  # StepLR(1, 0.5)
+    assert set(result.metrics) >= {M.VAL_VALUE_ACC, M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC, M.EPOCH}
+    assert result.metrics[M.EPOCH] == 2
 
     state = loop.read_checkpoint(run / "checkpoint")  # torch.load(weights_only=True)
     assert state["epoch"] == 2 and state["finished"] and state["starts"] == [0]
@@ -64,17 +64,17 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     assert (run / "numbers_test.md").read_text().count("|") > 30
     assert json.loads((run / "results.json").read_text()) == result.metrics
     metrics_log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [m.get(C.EPOCH) for m in metrics_log] == [1, 2, 2]  # two epochs, then the final report
-    assert metrics_log[0][C.grad_norm_metric("graph")] == result.history[0][C.grad_norm_metric("graph")]
+    assert [m.get(M.EPOCH) for m in metrics_log] == [1, 2, 2]  # two epochs, then the final report
+    assert metrics_log[0][M.grad_norm_metric("graph")] == result.history[0][M.grad_norm_metric("graph")]
 
 
 def test_the_gts_arm_reports_its_own_parts(shards, tmp_path, capsys):
     result = loop.train(tiny(**{"model.encoder": "none", "model.aux_task": False, "train.epochs": 1}), shards,
                         run_dir=tmp_path / "r", evaluate_test=False)
     m = result.history[0]
-    assert {p for p in C.MODEL_PARTS if C.grad_norm_metric(p) in m} == {"embedding", "word_gru", "decoder"}
-    assert {a for a in C.ACTIVATIONS if C.scale_metric(a) in m} == {"h_b", "memory"}
-    assert m[C.scale_metric("h_b")] == m[C.scale_metric("memory")]  # the GTS memory is h_b
+    assert {p for p in M.MODEL_PARTS if M.grad_norm_metric(p) in m} == {"embedding", "word_gru", "decoder"}
+    assert {a for a in M.ACTIVATIONS if M.scale_metric(a) in m} == {"h_b", "memory"}
+    assert m[M.scale_metric("h_b")] == m[M.scale_metric("memory")]  # the GTS memory is h_b
     assert "grad norm max by part: embedding" in capsys.readouterr().out
 
 
@@ -86,7 +86,7 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
 
     def report_then_die(metrics, checkpoint_dir):
         reporter(metrics, checkpoint_dir)
-        if metrics[C.EPOCH] == 1:
+        if metrics[M.EPOCH] == 1:
             raise Interrupt  # killed right after its first checkpoint
 
     with pytest.raises(Interrupt):
@@ -95,12 +95,12 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
     resumed = loop.train(cfg, shards, run_dir=tmp_path / "resumed", resume_from=reporter.checkpoint)
 
     assert loop.read_checkpoint(tmp_path / "resumed" / "checkpoint")["starts"] == [0, 1]
-    assert [m[C.EPOCH] for m in resumed.history] == [1, 2, 3]
+    assert [m[M.EPOCH] for m in resumed.history] == [1, 2, 3]
     # Same data order, restored optimizer, scheduler and RNG: the same training, epoch for epoch.
     for a, b in zip(straight.history, resumed.history):
-        assert a[C.TRAIN_LOSS] == pytest.approx(b[C.TRAIN_LOSS], rel=1e-5)
-        assert a[C.LR] == b[C.LR]
-    assert resumed.metrics[C.TEST_VALUE_ACC] == pytest.approx(straight.metrics[C.TEST_VALUE_ACC])
+        assert a[M.TRAIN_LOSS] == pytest.approx(b[M.TRAIN_LOSS], rel=1e-5)
+        assert a[M.LR] == b[M.LR]
+    assert resumed.metrics[M.TEST_VALUE_ACC] == pytest.approx(straight.metrics[M.TEST_VALUE_ACC])
 
     # A finished run re-run returns its results without training again.
     again = loop.train(cfg, shards, run_dir=tmp_path / "resumed", resume_from=tmp_path / "resumed" / "checkpoint")
@@ -108,7 +108,7 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
 
 
 def _logged_epochs(run):
-    return [json.loads(line)[C.EPOCH] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line)[M.EPOCH] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards, tmp_path):
@@ -117,7 +117,7 @@ def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards,
 
     def report_then_die(metrics, checkpoint_dir):
         reporter(metrics, checkpoint_dir)
-        if metrics[C.EPOCH] == 1:
+        if metrics[M.EPOCH] == 1:
             raise Interrupt
 
     with pytest.raises(Interrupt):
@@ -143,15 +143,15 @@ def test_a_finished_run_rerun_restores_its_outputs(shards, tmp_path):
 
 def test_sweep_trials_leave_test_alone(shards, tmp_path):
     result = loop.train(tiny(**{"train.epochs": 1}), shards, run_dir=tmp_path / "r", evaluate_test=False)
-    assert C.TEST_VALUE_ACC not in result.metrics and C.VAL_VALUE_ACC in result.metrics
+    assert M.TEST_VALUE_ACC not in result.metrics and M.VAL_VALUE_ACC in result.metrics
     assert not (tmp_path / "r" / "predictions_test.jsonl").exists()
     assert (tmp_path / "r" / "predictions_valid.jsonl").exists()
 
 
 def test_time_budget_stops_after_the_epoch_that_crosses_it(shards, tmp_path):
     result = loop.train(tiny(**{"train.epochs": 5, "train.max_minutes": 1e-6}), shards, run_dir=tmp_path / "r")
-    assert [m[C.EPOCH] for m in result.history] == [1]
-    assert result.metrics[C.EPOCH] == 1 and C.TEST_VALUE_ACC in result.metrics
+    assert [m[M.EPOCH] for m in result.history] == [1]
+    assert result.metrics[M.EPOCH] == 1 and M.TEST_VALUE_ACC in result.metrics
     assert loop.read_checkpoint(tmp_path / "r" / "checkpoint")["finished"]
 
 
@@ -258,11 +258,11 @@ def test_without_a_validation_split_the_last_epoch_is_kept_and_no_validation_sco
     result = loop.train(tiny(**{"train.lr_step": 10}), shards, run_dir=tmp_path / "run")
     out = capsys.readouterr().out
     assert "no validation split: each epoch's model replaces the last" in out and "val value" not in out
-    assert result.metrics[C.BEST_EPOCH] == 2 and C.TEST_VALUE_ACC in result.metrics
-    assert C.VAL_VALUE_ACC not in result.metrics and C.VAL_EQUATION_ACC not in result.metrics
+    assert result.metrics[M.BEST_EPOCH] == 2 and M.TEST_VALUE_ACC in result.metrics
+    assert M.VAL_VALUE_ACC not in result.metrics and M.VAL_EQUATION_ACC not in result.metrics
     published = json.loads((tmp_path / "run" / "best" / "run_config.json").read_text())
-    assert published["epoch"] == 2 and C.VAL_VALUE_ACC not in published
-    assert all(C.VAL_VALUE_ACC in m for m in result.history)  # the ranking key still exists for Ray and Tune
+    assert published["epoch"] == 2 and M.VAL_VALUE_ACC not in published
+    assert all(M.VAL_VALUE_ACC in m for m in result.history)  # the ranking key still exists for Ray and Tune
 
 
 def test_train_compile_compiles_the_decoder_levels_and_graph_layers_of_the_trained_model(shards):
@@ -294,9 +294,9 @@ def test_word_vectors_start_the_embedding(shards, tmp_path, capsys):
     with pytest.raises(FileNotFoundError):
         read_word_vectors(tmp_path / "none.txt", vocab, 8)
 
-    # lr 0: the trained embedding is still the loaded one.
+    # lr 1e-30 (a learning rate must be > 0): the trained embedding is still the loaded one.
     run = tmp_path / "run"
-    loop.train(tiny(**{"train.word_vectors": str(vectors), "train.lr": 0.0, "train.epochs": 1}), shards, run_dir=run)
+    loop.train(tiny(**{"train.word_vectors": str(vectors), "train.lr": 1e-30, "train.epochs": 1}), shards, run_dir=run)
     weight = Solver.load(run / "best").encoder.embedding.weight
     for i, w in enumerate(words):
         assert weight[vocab.word_id(w)].tolist() == pytest.approx([i + 0.5 * k for k in range(8)])
@@ -308,11 +308,11 @@ def test_grad_clip_bounds_the_update_and_reports_the_norm(shards, tmp_path):
     loose = loop.train(tiny(**{"train.grad_clip": 1e9}), shards, run_dir=tmp_path / "loose", evaluate_test=False)
     tight = loop.train(tiny(**{"train.grad_clip": 1e-4}), shards, run_dir=tmp_path / "tight", evaluate_test=False)
 
-    norms = [m[C.TRAIN_GRAD_NORM_MAX] for m in plain.history]
+    norms = [m[M.TRAIN_GRAD_NORM_MAX] for m in plain.history]
     assert all(n > 1e-4 for n in norms)  # the norm is measured before clipping, with or without it
     # A bound above every norm changes nothing; one below them changes the training.
-    assert [m[C.TRAIN_LOSS] for m in loose.history] == [m[C.TRAIN_LOSS] for m in plain.history]
-    assert tight.history[1][C.TRAIN_LOSS] != plain.history[1][C.TRAIN_LOSS]
+    assert [m[M.TRAIN_LOSS] for m in loose.history] == [m[M.TRAIN_LOSS] for m in plain.history]
+    assert tight.history[1][M.TRAIN_LOSS] != plain.history[1][M.TRAIN_LOSS]
     with pytest.raises(ValueError, match="grad_clip"):
         loop.train(tiny(**{"train.grad_clip": -1.0}), shards, run_dir=tmp_path / "bad")
 
@@ -344,3 +344,37 @@ def test_epoch_stats_norms_are_each_parts_and_the_whole_models():
     torch.testing.assert_close(total, get([a.grad, b.grad, c.grad]))
     torch.testing.assert_close(stats.norm_max, torch.stack([total, get([a.grad, b.grad]), get([c.grad]),
                                                             torch.tensor(0.0)]))
+
+
+@pytest.mark.parametrize("name", [".", "..", "../victim", "a/b", "/abs/run", ""])
+def test_a_name_that_is_no_folder_name_is_refused_before_anything_is_removed(shards, tmp_path, name):
+    storage = tmp_path / "runs"
+    (storage / "other-run").mkdir(parents=True)
+    (storage / "other-run" / "keep.txt").write_text("another run's")
+    (tmp_path / "victim").mkdir()
+    with pytest.raises(ValueError, match="is not a folder name"):
+        _command(shards, storage, "--name", name, "--fresh")
+    assert (storage / "other-run" / "keep.txt").exists() and (tmp_path / "victim").is_dir()
+
+
+def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, capsys):
+    mine = tmp_path / "runs" / "mine"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("not a run")
+    with pytest.raises(ValueError, match=rf"--fresh removes only a run folder the project made, and {mine} has no "
+                                         rf"\.hlgt-folder file .* remove it by hand \(rm -r {mine}\)"):
+        _command(shards, tmp_path / "runs", "--name", "mine", "--fresh", "--set", "train.epochs=1")
+    assert (mine / "notes.txt").exists()
+    assert _command(shards, tmp_path / "runs", "--name", "ours", "--set", "train.epochs=1") == 0
+    assert _command(shards, tmp_path / "runs", "--name", "ours", "--fresh", "--set", "train.epochs=1") == 0
+    assert "--fresh: removed" in capsys.readouterr().out
+
+
+def test_a_torn_last_metrics_line_is_dropped_with_a_warning_naming_the_file(tmp_path, capsys):
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [json.dumps({M.EPOCH: e, M.TRAIN_LOSS: 1.0 / e}) for e in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + '\n{"epoch": 4, "train/lo', encoding="utf-8")  # killed
+    loop.LocalReporter(run).restart(2)
+    assert _logged_epochs(run) == [1, 2]
+    assert f"{run / 'metrics.jsonl'} line 4 is not a metrics record" in capsys.readouterr().out

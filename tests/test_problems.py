@@ -193,13 +193,11 @@ def test_raw_texts_give_the_quantities_of_their_files_segmentation(real_data, tm
     # The benchmark files give each problem's original text beside its segmentation: read as a
     # generic file (original_text only, tokenised as solve does), the texts should give the same
     # quantities. The 13 Math23K exceptions are odd texts (六1班, 第十3天, Kg4.5, +6).
-    from collections import Counter
-
     from hlgt.data.numbers import extract_quantities
-    from hlgt.data.problems import _records
+    from hlgt.data.problems import read_records
 
     segmented = read_problems(real_data / path).problems
-    records = _records((real_data / path).read_text(encoding="utf-8"), real_data / path, Counter())
+    records = [r for _, r in read_records(real_data / path)]
     raw = tmp_path / "raw.jsonl"
     raw.write_text("".join(json.dumps({k: r[k] for k in ("id", "original_text", "equation", "ans")}, ensure_ascii=False)
                            + "\n" for r in records), encoding="utf-8")
@@ -215,14 +213,69 @@ def test_raw_texts_give_the_quantities_of_their_files_segmentation(real_data, tm
 @pytest.mark.realdata
 def test_most_raw_math23k_texts_are_segmented_as_their_file_writes_them(real_data, tmp_path):
     # jieba without its HMM: 726 of the 1,000 test texts give the file's tokens exactly (327 with it).
-    from collections import Counter
-
-    from hlgt.data.problems import _records
+    from hlgt.data.problems import read_records
 
     path = real_data / "math23k" / "Math_23K_test.json"
-    records = _records(path.read_text(encoding="utf-8"), path, Counter())
+    records = [r for _, r in read_records(path)]
     raw = tmp_path / "raw.jsonl"
     raw.write_text("".join(json.dumps({k: r[k] for k in ("id", "original_text", "ans")}, ensure_ascii=False) + "\n"
                            for r in records), encoding="utf-8")
     same = sum(a.tokens == b.tokens for a, b in zip(read_problems(path).problems, read_problems(raw).problems))
     assert same >= 700
+
+
+DEEP = '{"id": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+LONG_INT = '{"id": "int", "segmented_text": "a 3", "equation": "x=3", "ans": ' + "9" * 5000 + "}"
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "array", "math23k"])
+def test_one_odd_record_is_one_counted_skip_named_by_file_and_line(tmp_path, layout):
+    """A record nested too deep for Python's reader, or with a 5,000-digit integer, is one skip
+    with its reason; the records around it are read."""
+    good = [json.dumps(RECORDS[1]), json.dumps({**RECORDS[1], "id": "3"})]
+    if layout == "jsonl":
+        text = "\n".join([good[0], DEEP, LONG_INT, good[1]]) + "\n"
+    elif layout == "array":
+        text = "[\n" + ",\n".join([good[0], DEEP, LONG_INT, good[1]]) + "\n]\n"
+    else:  # each record's 7 lines
+        text = _seven_line(RECORDS[1:]) + f"{DEEP}\n{LONG_INT}\n" + _seven_line([{**RECORDS[1], "id": "3"}])
+    path = tmp_path / "f.json"
+    path.write_text(text, encoding="utf-8")
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["2", "3"]
+    assert result.skipped == {"nested_too_deep": 1, "number_too_long": 1} and result.records == 4
+    line = {"jsonl": 2, "array": 3, "math23k": 8}[layout]
+    assert result.notes == [f"{path}:{line}: nested_too_deep (nested deeper than the JSON reader goes)",
+                            f"{path}:{line + 1}: number_too_long (an integer of more than 4,300 digits)"]
+
+
+def test_json_lines_are_split_on_newlines_only(tmp_path):
+    """U+2028, U+2029 and U+0085 inside a JSON string are characters of the text, not line breaks."""
+    record = {**RECORDS[1], "segmented_text": "Tom\u2028has 5\u2029pens\u0085."}
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps(RECORDS[0], ensure_ascii=False) + "\n" + json.dumps(record, ensure_ascii=False)
+                    + "\n" + '{"id": "9", "segmented_text": "broken\n', encoding="utf-8")
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["1", "2"] and result.problems[1].tokens == ("Tom", "has", "5", "pens", ".")
+    assert result.skipped == {"malformed_json": 1}
+    assert result.notes[0].startswith(f"{path}:3: malformed_json (Unterminated string")
+
+
+def test_a_null_answer_with_an_equation_is_scored_by_the_equation(tmp_path):
+    from hlgt.data.numbers import to_example
+
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps({"id": "n", "original_text": "Tom has 5 pens and buys 3 .", "equation": "x=5+3",
+                                "ans": None}) + "\n", encoding="utf-8")
+    (problem,) = read_problems(path).problems
+    assert problem.answer == "" and to_example(problem).answer == 8
+
+
+def test_a_repeated_id_is_made_unique_with_a_note(tmp_path):
+    path = tmp_path / "f.jsonl"
+    records = [{**RECORDS[1], "id": "a"}, {**RECORDS[1], "id": "a"}, {**RECORDS[1], "id": "a#2"},
+               {**RECORDS[1], "id": "a"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["a", "a#2", "a#2#2", "a#3"]
+    assert result.notes[0] == f"{path}:2: id 'a' repeats an earlier record's: read as 'a#2'"

@@ -73,3 +73,20 @@ def test_a_fold_that_is_not_one_of_mawps_is_refused_naming_the_option(fold, caps
         main(["--dataset", "mawps", "--fold", fold])
     assert stop.value.code == 2
     assert f"argument --fold: invalid choice: '{fold}'" in capsys.readouterr().err
+
+
+def test_an_odd_record_is_one_named_skip_and_the_file_is_reported(tmp_path, capsys):
+    (tmp_path / "ape210k").mkdir()
+    good = '{"id": "1", "segmented_text": "有 3 个", "original_text": "有3个", "equation": "x=3", "ans": "3"}'
+    path = tmp_path / "ape210k" / "valid.ape.json"
+    path.write_text("\n".join([
+        good,
+        '{"id": "2", "segmented_text": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"id": "3", "segmented_text": "有 3 个", "equation": "x=3", "ans": ' + "9" * 5000 + "}",
+        '{"id": "4", "segmented_text": "有\u2028 3 个\u0085", "original_text": "有3个", "equation": "x=3", "ans": "3"}',
+    ]) + "\n", encoding="utf-8")
+    assert main(["--data-dir", str(tmp_path), "--dataset", "ape210k"]) == 0
+    out = capsys.readouterr().out
+    assert _row(out, "valid (as train)")[3:6] == ["4", "2", "2"]
+    assert "reader skipped: nested_too_deep=1 number_too_long=1" in out
+    assert f"{path}:2: nested_too_deep" in out and f"{path}:3: number_too_long" in out

@@ -137,7 +137,8 @@ def test_a_file_of_problems_is_solved_in_order_with_an_error_entry_per_bad_line(
     assert set(answers[0]) >= {"id", "equation", "answer"} or "does not evaluate" in answers[0]["error"]
     assert "not JSON" in answers[1]["error"] and "no quantities" in answers[2]["error"]
     assert "equation" in answers[3] and '"text" string' in answers[4]["error"]
-    assert "[solve] " in capsys.readouterr().out and not (tmp_path / "answers.jsonl.partial").exists()
+    assert "[solve] " in capsys.readouterr().out and sorted(p.name for p in tmp_path.iterdir()) == [
+        "answers.jsonl", "problems.jsonl"]  # no temporary file left
     # The same problem alone and in the file: the same equation (batching changes nothing).
     alone = solve_text(model_dir, ZH)
     assert answers[0]["equation"] == f"x = {alone.equation}"
@@ -192,3 +193,43 @@ def test_a_text_is_read_in_the_language_of_the_models_dataset(model_dir, tmp_pat
     (math23k / "run_config.json").write_text(json.dumps(saved))
     assert solve_text(math23k, "840/6/70+630=？").numbers == ["840", "6", "70", "630"]
     assert solve_text(model_dir, "840/6/70+630=？").numbers == ["840", "6/70", "630"]
+
+
+def test_a_typeset_minus_and_full_width_digits_read_as_ascii():
+    assert tokenize("It was −5 degrees and then 12 more.", "en")[2] == "-5"  # U+2212, not a silent 5
+    assert tokenize("小明有１２个苹果，用了３个", "zh")[2:4] == ["有", "12"] and "3" in tokenize("用了３个", "zh")
+
+
+def test_a_file_of_odd_lines_answers_every_line_naming_file_and_line(model_dir, tmp_path, capsys):
+    """A line nested too deep, an integer of 5,000 digits, digit-like signs, raw U+2028 inside a
+    string, a null id or a repeated one: each line gets its entry, the others are solved."""
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("\n".join([
+        json.dumps({"id": "a", "text": EN}),
+        '{"id": "deep", "text": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"id": ' + "9" * 5000 + ', "text": "Tom has 3 apples and 4 pears."}',
+        json.dumps({"id": "signs", "text": "Tom has ፩ apple, ⓷ pears and 4 plums and 5 figs."}, ensure_ascii=False),
+        json.dumps({"id": "ls", "text": "Tom has 3\u2028apples and\u2029 4 pears\u0085."}, ensure_ascii=False),
+        json.dumps({"id": None, "text": EN}),
+        json.dumps({"id": "a", "text": "Tom has 3 apples and 4 pears."}),
+    ]) + "\n", encoding="utf-8")
+    out = tmp_path / "answers.jsonl"
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(out)]) == 0
+    answers = [json.loads(line) for line in out.read_text(encoding="utf-8").split("\n") if line]
+    assert [a["id"] for a in answers] == ["a", "2", "3", "signs", "ls", "6", "a#2"]
+    assert answers[1]["error"] == f"{problems}:2: not JSON (nested deeper than the JSON reader goes)"
+    assert answers[2]["error"] == f"{problems}:3: not JSON (an integer of more than 4,300 digits)"
+    assert answers[5]["error"].startswith(f"{problems}:6: \"id\" is null")
+    assert all("equation" in answers[i] for i in (0, 3, 4, 6))
+    assert answers[3]["not_read"] == ["፩", "⓷"]
+    assert f"[solve] note: {problems}:7: id 'a' repeats an earlier line's: answered as 'a#2'" in capsys.readouterr().out
+
+
+def test_two_writers_of_one_answers_file_never_share_a_temporary_file(model_dir, tmp_path):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"text": EN}) + "\n", encoding="utf-8")
+    other = tmp_path / "answers.jsonl.partial"  # another command's file in progress, under the old shared name
+    other.write_text("another writer's half-written answers\n", encoding="utf-8")
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(tmp_path / "answers.jsonl")]) == 0
+    assert other.read_text(encoding="utf-8") == "another writer's half-written answers\n"
+    assert json.loads((tmp_path / "answers.jsonl").read_text(encoding="utf-8"))["id"] == "1"

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.config import ACTIVATIONS, MODEL_PARTS, ModelConfig
+from hlgt.config import ModelConfig
+from hlgt.metrics import ACTIVATIONS, MODEL_PARTS
 from hlgt.data.collate import collate
 from hlgt.data.graph import Graph, line_graph
 from hlgt.data.numbers import Example, Quantity
@@ -357,21 +358,22 @@ def test_every_parameter_gets_a_gradient(kw, max_ops):
 
 
 def test_a_planned_batch_moves_in_one_transfer_per_dtype():
-    # To a GPU every separate copy makes the host wait: the batch, its tree plan and its graph
+    # To a GPU every separate copy makes the host wait: the batch, its tree layout and its graph
     # layout travel as one buffer per dtype, and arrive as views of it.
-    from hlgt.data.collate import packed_to, tensors_of
+    from hlgt.tensors import packed_to, tensors_of
 
-    batch = solver(encoder="hlgt").plan(collate(make_rows(4, 5), VOCAB))
-    moved = batch.to("meta")
-    tensors, arrived = tensors_of(batch), tensors_of(moved)
-    assert len(arrived) == len(tensors) and moved.tree_plan.goal_node.is_meta and moved.graph_layout.groups.perm.is_meta
+    planned = solver(encoder="hlgt").plan(collate(make_rows(4, 5), VOCAB))
+    moved = planned.to("meta")
+    tensors, arrived = tensors_of(planned), tensors_of(moved)
+    plan, moved_plan = planned.plan, moved.plan
+    assert len(arrived) == len(tensors) and moved_plan.trees.goal_node.is_meta and moved_plan.graph.groups.perm.is_meta
     assert all(m.is_meta and m.shape == t.shape and m.dtype == t.dtype for t, m in zip(tensors, arrived))
     assert len({id(m._base) for m in arrived}) == len({t.dtype for t in tensors})
-    assert moved.checked and moved.graph_layout.groups.counts == batch.graph_layout.groups.counts
-    assert moved.tree_plan.goal_starts == batch.tree_plan.goal_starts
+    assert moved.batch.checked and moved_plan.graph.groups.counts == plan.graph.groups.counts
+    assert moved_plan.trees.goal_starts == plan.trees.goal_starts
     parts = [torch.arange(6).view(2, 3), torch.zeros(0, dtype=torch.long), torch.tensor([7])]
     assert all(torch.equal(a, b) for a, b in zip(packed_to(parts, torch.device("cpu")), parts))
-    assert batch.to("cpu").tokens is batch.tokens  # already there: not copied
+    assert planned.to("cpu").batch.tokens is planned.batch.tokens  # already there: not copied
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -387,7 +389,8 @@ def test_a_planned_training_step_on_the_gpu_never_waits_for_it():
     on_cpu = model(batch)
     model.cuda()
     moved = batch.to("cuda")
-    assert moved.packing.fwd_src.is_cuda and moved.graph_layout.touched.is_cuda and moved.tree_plan.goal_node.is_cuda
+    assert (moved.plan.packing.fwd_src.is_cuda and moved.plan.graph.touched.is_cuda
+            and moved.plan.trees.goal_node.is_cuda)
     opt, _ = make_optimizer(Config.from_flat({}), model)
     stats = EpochStats(model.parts(), torch.device("cuda"))
     torch.cuda.synchronize()
@@ -439,9 +442,9 @@ def test_batches_planned_before_the_step_give_the_same_losses():
     plain = model(batch)
     planned = model.plan(batch)
     moved = planned.to("cpu")
-    assert moved.checked and None not in (moved.tree_plan, moved.graph_layout, moved.packing)
-    assert torch.equal(moved.graph_layout.touched, torch.unique(batch.edge_index))
-    assert solver(encoder="none").plan(collate(make_rows(2, 3), VOCAB)).graph_layout is None
+    assert moved.batch.checked and None not in (moved.plan.trees, moved.plan.graph, moved.plan.packing)
+    assert torch.equal(moved.plan.graph.touched, torch.unique(batch.edge_index))
+    assert solver(encoder="none").plan(collate(make_rows(2, 3), VOCAB)).plan.graph is None
     ahead = model(moved)
     for key in ("loss", "tree_loss", "com_loss"):
         assert torch.equal(plain[key], ahead[key])

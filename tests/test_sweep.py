@@ -270,11 +270,12 @@ def test_the_gpu_memory_probe_measures_one_step_per_arm(tmp_path):
 
 def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_starts_over(tmp_path, capsys):
     from hlgt.model.solver import WEIGHTS_FORMAT
-    from hlgt.sweep.plan import check_saved_weights, remove_earlier
+    from hlgt.sweep.plan import check_saved_weights, remove_earlier, save_settings
 
     argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "again"]
     plan = command.make_plan(command.build_parser().parse_args(argv))
     check_saved_weights(plan)  # a new sweep: nothing saved yet
+    save_settings(plan)  # the sweep made its folder
 
     def save(folder: Path, fmt: int) -> None:
         folder.mkdir(parents=True)
@@ -545,3 +546,68 @@ def test_a_search_file_with_a_table_sweep_and_folds_of_another_dataset_are_refus
     with pytest.raises(ValueError, match="arm small_vocab sets data.min_word_freq, which the sweep's shards"):
         command.main(["--dataset", "mawps", "--ablation", "small_vocab", "--storage", str(tmp_path / "s")])
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("name", [".", "..", "../other", "a/b", "/abs"])
+def test_a_name_that_is_no_folder_name_is_refused_before_anything_is_removed(tmp_path, name):
+    from hlgt.sweep.plan import save_settings
+
+    earlier = command.make_plan(command.build_parser().parse_args(
+        ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "earlier"]))
+    save_settings(earlier)
+    with pytest.raises(ValueError, match="is not a folder name"):
+        command.main(["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", name, "--fresh"])
+    assert (Path(earlier.root) / "sweep.json").exists()
+
+
+def test_fresh_removes_only_a_sweep_folder_the_project_made_and_only_once_the_shards_are_there(tmp_path):
+    from hlgt.sweep.plan import remove_earlier, save_settings
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--name", "s"]
+    plan = command.make_plan(command.build_parser().parse_args(argv))
+    save_settings(plan)
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):  # a bad --shards: nothing removed
+        command.main(argv + ["--fresh", "--shards", str(tmp_path / "none")])
+    assert (Path(plan.root) / "sweep.json").exists()
+    hand_made = tmp_path / "sweeps" / "mine"
+    hand_made.mkdir()
+    (hand_made / "notes.txt").write_text("mine")
+    mine = command.make_plan(command.build_parser().parse_args(argv[:-1] + ["mine"]))
+    with pytest.raises(ValueError, match=rf"{hand_made} has no \.hlgt-folder file .*rm -r {hand_made}"):
+        remove_earlier(mine)
+    assert (hand_made / "notes.txt").exists()
+    remove_earlier(plan)
+    assert not Path(plan.root).exists()
+
+
+def test_a_plan_beyond_max_trials_is_refused_before_it_is_enumerated(tmp_path, monkeypatch):
+    argv = ["--storage", str(tmp_path / "sweeps"), "--dataset", "sample"]
+    ten = ",".join(str(k) for k in range(1, 11))
+    with pytest.raises(ValueError, match=r"the grid's 10,000 configurations x 1 trials each .* = 10,000 trials, "
+                                         r"more than --max-trials 3,000"):
+        command.make_plan(command.build_parser().parse_args(
+            argv + ["--grid", "--heads", "1,2,4,8,16,32,64,128,256,512", "--layers", ten, "--lr", ten,
+                    "--beta-com", ten]))
+    # Twelve dimensions: 3^12 configurations, counted, never built.
+    monkeypatch.setattr(space, "itertools", None)
+    yaml = tmp_path / "space.yaml"
+    yaml.write_text("space:\n" + "".join(f"  {k}: [1, 2, 3]\n" for k in (
+        "model.heads", "model.layers", "model.beta_com", "train.lr", "model.hidden_size", "model.embedding_size",
+        "model.beam_size", "model.max_output_len", "train.batch_size", "train.epochs", "train.lr_step",
+        "train.eval_every")))
+    with pytest.raises(ValueError, match="531,441 configurations"):
+        command.make_plan(command.build_parser().parse_args(argv + ["--space", str(yaml), "--grid"]))
+    # num_samples with a continuous dimension: refused before any draw; --max-trials raises the limit.
+    draws = argv + ["--lr", "0.001,0.002", "--num-samples", "5000", "--seeds", "1,2"]
+    yaml.write_text("space:\n  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\nnum_samples: 5000\n")
+    with pytest.raises(ValueError, match=r"num_samples 5,000 configurations x 2 trials each"):
+        command.make_plan(command.build_parser().parse_args(argv + ["--space", str(yaml), "--seeds", "1,2"]))
+    assert len(command.make_plan(command.build_parser().parse_args(draws)).samples) == 54  # all the space holds
+    plan = command.make_plan(command.build_parser().parse_args(
+        argv + ["--space", str(yaml), "--max-trials", "10000", "--no-reference", "--ablation", "gts"]))
+    assert len(plan.samples) == 5000
+
+
+def test_a_loguniform_bound_that_is_not_positive_names_its_key():
+    with pytest.raises(ValueError, match=r"search space 'train.lr': loguniform bounds must be > 0"):
+        space.sample_configs({"train.lr": {"loguniform": [0, 1e-2]}}, CENTRE, n=3)

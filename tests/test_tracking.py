@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hlgt.config import TRAIN_LOSS, VAL_VALUE_ACC
+from hlgt.metrics import TRAIN_LOSS, VAL_VALUE_ACC
 from hlgt.train import tracking
 from hlgt.train.evaluate import score
 

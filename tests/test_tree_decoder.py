@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.model.tree_decoder import IGNORE, TreeDecoder, TreeSizes, tree_plan
+from hlgt.model.tree_decoder import IGNORE, TreeDecoder, TreeSizes, tree_layout
 
 N_OPS = 5
 
@@ -120,22 +120,22 @@ def reference_loss(dec, inputs, targets, nqs, lengths):
     return total / sum(map(len, targets))
 
 
-def test_tree_plan_structure():
+def test_tree_layout_structure():
     # * + N0 N1 - N2 1   : parents, depths and children by hand
     target = torch.tensor([[2, 0, 7, 8, 1, 9, 5]])
-    plan = tree_plan(target, torch.ones_like(target, dtype=torch.bool), N_OPS)
-    assert plan.n_levels == 3
-    assert plan.goal_starts == [0, 1, 3, 7]
-    assert plan.goal_node.tolist() == [0, 1, 4, 2, 5, 3, 6]  # by depth, left children first
-    assert plan.goal_n_left == [1, 1, 2]
-    assert plan.sub_starts == [0, 0, 1, 4] and plan.sub_n_leaf == [0, 0, 3]  # the spine (*, -, 1) needs no merge
+    trees = tree_layout(target, torch.ones_like(target, dtype=torch.bool), N_OPS)
+    assert trees.n_levels == 3
+    assert trees.goal_starts == [0, 1, 3, 7]
+    assert trees.goal_node.tolist() == [0, 1, 4, 2, 5, 3, 6]  # by depth, left children first
+    assert trees.goal_n_left == [1, 1, 2]
+    assert trees.sub_starts == [0, 0, 1, 4] and trees.sub_n_leaf == [0, 0, 3]  # the spine (*, -, 1) needs no merge
 
 
 @pytest.mark.parametrize("bad", [[0, 7], [7, 8], [0, 7, 8, 9], [0, 0, 7, 8]])
-def test_tree_plan_rejects_malformed_targets(bad):
+def test_tree_layout_rejects_malformed_targets(bad):
     target = torch.tensor([bad])
     with pytest.raises(ValueError, match="not complete prefix"):
-        tree_plan(target, torch.ones_like(target, dtype=torch.bool), N_OPS)
+        tree_layout(target, torch.ones_like(target, dtype=torch.bool), N_OPS)
 
 
 @pytest.mark.parametrize("n_consts", [0, 3])
@@ -174,7 +174,7 @@ def test_batched_equals_separate():
         assert sorted(out.position[rows].tolist()) == list(range(len(targets[b])))
 
 
-def test_a_padded_plan_gives_each_real_row_its_logits_and_position():
+def test_a_padded_layout_gives_each_real_row_its_logits_and_position():
     # Targets padded to more tokens, each level's parts to more rows: the real rows keep their
     # logits, problems and target positions; the padding rows carry the ignored gold.
     dec = decoder(C=2)
@@ -182,14 +182,14 @@ def test_a_padded_plan_gives_each_real_row_its_logits_and_position():
     out = dec(**inputs)
     S = inputs["target"].size(1)
     wide = {**inputs, "target": F.pad(inputs["target"], (0, 3)), "target_mask": F.pad(inputs["target_mask"], (0, 3))}
-    sizes = tree_plan(inputs["target"], inputs["target_mask"], N_OPS).sizes()
+    sizes = tree_layout(inputs["target"], inputs["target_mask"], N_OPS).sizes()
     def more(n: int) -> int:  # a part no batch has (the deepest level's operators) stays empty
         return n + 2 if n else 0
 
     room = TreeSizes(tuple((more(a), more(b)) for a, b in sizes.goals), tuple(map(more, sizes.ops)),
                      tuple((more(a), more(b)) for a, b in sizes.subs))
-    plan = tree_plan(inputs["target"], inputs["target_mask"], N_OPS).padded(room, N_OPS, (S, S + 3))
-    padded = dec(**wide, plan=plan)
+    trees = tree_layout(inputs["target"], inputs["target_mask"], N_OPS).padded(room, N_OPS, (S, S + 3))
+    padded = dec(**wide, trees=trees)
     real = padded.gold != IGNORE
     assert int(real.sum()) == len(out.gold) < len(padded.gold)
 

@@ -18,11 +18,13 @@ reference unless ``--no-reference``. Each arm is its own Tune experiment (``<sto
 ``hlgt/sweep/experiments.py``) so that the scheduler (ASHA by default, ``--scheduler
 fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
-kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead. These
-stop before Ray starts and say so: a re-run of other settings (other arms, configurations,
-replicates, scheduler or config keys, but where files go and how trials run; ``<name>/sweep.json``
-holds them), a sweep of a name that another sweep is running, a sweep whose saved models an older
-version wrote (another weights format).
+kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead (it
+removes a sweep folder only when the project made it, ``hlgt.files``). These stop before Ray
+starts and say so: a ``--name`` that is not one folder name, a plan of more than ``--max-trials``
+trials (configurations x arms x replicates, counted before any is drawn), a re-run of other
+settings (other arms, configurations, replicates, scheduler or config keys, but where files go and
+how trials run; ``<name>/sweep.json`` holds them), a sweep of a name that another sweep is
+running, a sweep whose saved models an older version wrote (another weights format).
 
 The paper's tables (``--no-mawps-valid``, MAWPS's literature protocol): no search, each arm trains
 its one configuration (the paper's settings and ``--set``) on every fold, and every trial's last
@@ -56,10 +58,11 @@ from typing import Any
 from hlgt.cli import non_negative_int, positive_float, positive_int
 from hlgt.config import (ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, is_uri,
                          parse_overrides, storage_root)
+from hlgt.files import check_name
 from hlgt.sweep.experiments import run
-from hlgt.sweep.plan import (Plan, build_shards, check_same_sweep, check_saved_weights, check_trials, remove_earlier,
-                             save_settings, sole_sweep)
-from hlgt.sweep.space import DEFAULT_SPACE, parse_values, sample_configs
+from hlgt.sweep.plan import (Plan, build_shards, check_removable, check_same_sweep, check_saved_weights, check_trials,
+                             remove_earlier, save_settings, sole_sweep)
+from hlgt.sweep.space import DEFAULT_SPACE, check_space, parse_values, sample_configs, space_size
 
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
 SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.lr_step": 8, "train.batch_size": 16,
@@ -67,6 +70,9 @@ SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.
          "model.beam_size": 3, "model.max_output_len": 20}
 YAML_KEYS = {"space", "num_samples", "seeds", "folds", "ablation", "scheduler", "set"}
 SCHEDULERS = ("asha", "median", "fifo")
+# Trials a sweep may plan unless --max-trials says more: a mistyped space (a 12-dimension grid,
+# num_samples: 1000000) is refused before it is enumerated.
+MAX_TRIALS = 3000
 # The search flags and the config key each one searches.
 SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
                 "hidden": "model.hidden_size"}
@@ -92,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", default=None, help="values for model.hidden_size (searched only when given)")
     p.add_argument("--num-samples", type=positive_int, default=None, help="configurations per arm (default 4)")
     p.add_argument("--grid", action="store_true", help="try the whole product of the space instead of samples")
+    p.add_argument("--max-trials", type=positive_int, default=MAX_TRIALS,
+                   help=f"refuse a sweep of more trials (configurations x arms x replicates; default {MAX_TRIALS})")
     p.add_argument("--search-seed", type=int, default=0)
     p.add_argument("--seeds", default=None, help="training seeds per configuration, e.g. 1,2,3")
     p.add_argument("--folds", default=None, help="MAWPS folds per configuration, e.g. 0,1,2,3,4")
@@ -212,13 +220,20 @@ def searched(args: argparse.Namespace, spec: dict) -> list[str]:
     return asked + [f"{args.space}: {key}" for key in ("space", "num_samples") if key in spec]
 
 
-def configurations(args: argparse.Namespace, spec: dict, centre: Config) -> list[dict]:
+def configurations(args: argparse.Namespace, spec: dict, centre: Config, trials_each: int) -> list[dict]:
     """The configurations every arm trains: samples of the search space; without validation
     (``--no-mawps-valid``) the one configuration of the base settings, since nothing could choose
-    among several (a search is refused, naming what asked for it)."""
+    among several (a search is refused, naming what asked for it). Each configuration makes
+    ``trials_each`` trials; more than ``--max-trials`` in all are refused before any is drawn."""
     if centre.data.mawps_valid:
-        return sample_configs(search_space(args, spec), centre.to_flat(), sample_count(args, spec),
-                              seed=args.search_seed, grid=args.grid)
+        space = check_space(search_space(args, spec))
+        count = space_size(space) if args.grid else min(sample_count(args, spec), space_size(space))
+        if count * trials_each > args.max_trials:
+            what = "the grid's" if args.grid else "num_samples"
+            raise ValueError(f"{what} {count:,} configurations x {trials_each:,} trials each (arms x replicates) "
+                             f"= {count * trials_each:,} trials, more than --max-trials {args.max_trials:,}: narrow "
+                             "the search, or raise --max-trials")
+        return sample_configs(space, centre.to_flat(), sample_count(args, spec), seed=args.search_seed, grid=args.grid)
     asked = searched(args, spec)
     if asked:
         raise ValueError(f"--no-mawps-valid leaves no validation split to choose among configurations on, and "
@@ -253,14 +268,15 @@ def make_plan(args: argparse.Namespace) -> Plan:
     dataset = "sample" if args.smoke_test else (args.dataset or "mawps")
     base = base_overrides(args, spec, dataset)
     centre = Config.from_flat(base)
-    samples = configurations(args, spec, centre)
     arms = ablation_arms(args.ablation or spec.get("ablation") or "full")
     if not args.no_reference and "full" not in arms:
         arms = ["full"] + arms
     seeds = int_list(as_list(args.seeds) or as_list(spec.get("seeds")), "--seeds") or [centre.train.seed]
     folds = check_folds(int_list(as_list(args.folds) or as_list(spec.get("folds")), "--folds"), dataset) or [centre.data.fold]
     replicates = [{"data.fold": f, "train.seed": s} for f in folds for s in seeds]
-    name = args.name or ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80]
+    samples = configurations(args, spec, centre, len(arms) * len(replicates))
+    name = (check_name(args.name) if args.name is not None
+            else ("smoke-" if args.smoke_test else "") + f"{dataset}-{'-'.join(arms)}"[:80])
     storage = storage_root(args.storage, os.path.join("runs", "sweeps"), "sweeps")
     if not is_uri(storage) and Path(storage).exists() and not Path(storage).is_dir():
         raise ValueError(f"--storage {storage} is a file, not a folder")
@@ -283,17 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args)
     with sole_sweep(plan):
         if args.fresh:
-            remove_earlier(plan)
+            check_removable(plan)
         else:
             check_saved_weights(plan)
             check_same_sweep(plan)
-        save_settings(plan)
         plan.shards = build_shards(plan, address=args.address, prebuilt=args.shards)
-        try:
-            rows = run(plan, address=args.address)
-        except KeyboardInterrupt as e:  # Tune saved the arm's state: one line, not a traceback
-            print(f"tune/sweep.py: {str(e) or 'interrupted'}", file=sys.stderr, flush=True)
-            return 130
+        if args.fresh:  # only once the shards are there: a bad --shards removes nothing
+            remove_earlier(plan)
+        save_settings(plan)
+        rows = run(plan, address=args.address)  # Ctrl-C: Tune saved the arm's state, run_command says so
     return 1 if any(not r["runs"] for r in rows) else 0  # an arm without a score is no result
 
 

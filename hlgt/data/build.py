@@ -22,8 +22,11 @@ few examples: never fatal, never silent. A model that cannot load (``AnnotatorLo
 Caching: the manifest holds a key over the schema version, annotator name and version, source
 file hashes, cleaning parameters and the code of the stages that shape a row. A re-run with the
 same key reuses the shards ("reusing ..."); a different key rebuilds everything and says why;
-``--force`` always rebuilds. Splits are reused or built one by one, and the manifest is written
-after each split, so an interrupted build keeps its finished splits.
+``--force`` always rebuilds (a damaged manifest is named, and ``--force`` rebuilds it too). Splits
+are reused or built one by one, and the manifest is written after each split, so an interrupted
+build keeps its finished splits. A build writes only into a folder it made (its marker,
+``hlgt.files``) and replaces only its manifest and shard files: a folder holding anything else is
+refused, naming what.
 
 Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, no annotator).
 """
@@ -33,10 +36,10 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
-import logging
 import os
-import shutil
+import re
 import sys
 import time
 from collections import Counter
@@ -49,23 +52,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hlgt.config import Config, DataConfig, is_uri, ray_address
+from hlgt.config import Config, DataConfig, is_uri
 from hlgt.data import srl
 from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_PARTS, GRAPH_VARIANTS, GraphError, build_graph
 from hlgt.data.numbers import Example
+from hlgt.data.problems import ReadResult
 from hlgt.data.schema import (EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, SCHEMA_VERSION, example_from_row, example_to_row,
                               graph_to_row)
-from hlgt.data.shards import MANIFEST, split_faults
+from hlgt.data.shards import MANIFEST, load_manifest, split_faults
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
+from hlgt.ray_session import start_ray
 from hlgt.data.vocab import Vocab, words_read
+from hlgt.files import MARKER, claim, folder_kind, write_text
 
 ROWS_PER_SHARD = 4096
+SHARD_FILE = re.compile(r"part-\d{5}\.parquet")  # the only files a build writes in a split's folder
 BATCH_SIZE = 64  # problems per map_batches call (and per Ray block)
 ANNOTATION_FAILED = "annotation_failed"  # AnnotationError: the backend cannot handle the problem
 GRAPH_FAILED = "graph_failed"  # GraphError: the annotation does not fit the problem
 UNEXPECTED_ERROR = "unexpected_error"  # any other exception raised by one problem
 DROP_EXAMPLES = 20  # per split, (id, reason, message) kept in the manifest
+FILE_CHUNK = 1024  # problems of a --data file prepared at a time (file_chunks)
 # Modules whose code decides what a row holds: any change to them rebuilds the shards.
 ROW_CODE = ("hlgt/expr.py", "hlgt/data/problems.py", "hlgt/data/numbers.py", "hlgt/data/clean.py",
             "hlgt/data/splits.py", "hlgt/data/graph.py", "hlgt/data/vocab.py", "hlgt/data/schema.py",
@@ -374,20 +382,61 @@ def _stale_reason(manifest: dict | None, prepared: Prepared) -> str:
     return "changed: " + ", ".join(changed) if changed else "key differs"
 
 
+def _split_folders(out: Path) -> list[Path]:
+    return [out / name for s in SPLITS for name in (s, f"{s}.partial") if (out / name).exists()]
+
+
 def _check_out_dir(out: Path) -> None:
-    """Refuse to clear a folder that is not a shard folder (a mistyped --out)."""
-    if not out.exists():
+    """Refuse a folder a build did not make (a mistyped --out, an earlier version's folder without
+    the marker) or one holding anything a build does not write, naming it: a build replaces only
+    its manifest and shard files."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out} is a file, not a shard folder: choose another --out")
+    if not out.exists() or not any(out.iterdir()):
         return
-    ours = {MANIFEST, MANIFEST + ".tmp", *SPLITS, *(f"{s}.partial" for s in SPLITS)}
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    ours = {MARKER, MANIFEST, *SPLITS, *(f"{s}.partial" for s in SPLITS)}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours and not _manifest_temp(p.name))
+    foreign += sorted(f"{d.name}/{p.name}" for d in _split_folders(out) if d.is_dir() for p in d.iterdir()
+                      if not (SHARD_FILE.fullmatch(p.name) and p.is_file()))
+    foreign += [d.name for d in _split_folders(out) if not d.is_dir()]
+    if folder_kind(str(out)) != "shards":
+        raise FileExistsError(f"{out} is no shard folder of this version's builds (it has no {MARKER} file): choose "
+                              f"another --out; if an earlier version built it, remove it by hand (rm -r {out}) and "
+                              "build again")
     if foreign:
-        raise FileExistsError(f"{out} holds files that are not shards ({foreign[:5]}); choose another --out")
+        raise FileExistsError(f"{out} holds files that are not shards ({', '.join(foreign[:5])}): a build replaces "
+                              "only its manifest and shard files; move them, or choose another --out")
+
+
+def _manifest_temp(name: str) -> bool:
+    return name.startswith(f".{MANIFEST}.") and name.endswith(".partial")
+
+
+def _remove_split(folder: Path) -> None:
+    """Delete a split folder's shard files, then the folder (``_check_out_dir`` saw nothing else in it)."""
+    if not folder.exists():
+        return
+    for shard in folder.iterdir():
+        if not SHARD_FILE.fullmatch(shard.name):
+            raise FileExistsError(f"{shard} is not a shard file: a build deletes nothing else")
+        shard.unlink()
+    folder.rmdir()
+
+
+def _read_manifest(out: Path, force: bool) -> dict | None:
+    """The folder's manifest; None when there is none, or when ``force`` rebuilds a damaged one."""
+    try:
+        return load_manifest(out) if (out / MANIFEST).exists() else None
+    except ValueError:
+        if force:
+            return None
+        raise
 
 
 def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bool) -> tuple[dict | None, list[str]]:
     """Reuse or rebuild: the manifest to extend (None: start afresh, old splits cleared) and the
     splits still to build (none when every split is there under the same key)."""
-    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
+    manifest = _read_manifest(out, force)
     if manifest is not None and manifest.get("key") == prepared.key and not force:
         faults = {s: split_faults(out, manifest, s) for s in splits if s in manifest["splits"]}
         todo = [s for s in splits if s not in manifest["splits"] or faults[s]]
@@ -397,10 +446,10 @@ def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bo
             damage = "".join(f"; {f}" for fs in faults.values() for f in fs[:1])
             print(f"[build] {out}: same key, building missing or damaged split(s) {', '.join(todo)}{damage}", flush=True)
         return manifest, todo
-    why = "--force" if force and manifest is not None else _stale_reason(manifest, prepared)
+    why = "--force" if force and (out / MANIFEST).exists() else _stale_reason(manifest, prepared)
     print(f"[build] building {out} ({why})", flush=True)
     for split in SPLITS:
-        shutil.rmtree(out / split, ignore_errors=True)
+        _remove_split(out / split)
     return None, splits
 
 
@@ -412,17 +461,17 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
     if bad:
         raise ValueError(f"unknown split(s) {bad}; choose from {list(SPLITS)}")
     out = Path(out) if out is not None else shards_path(cfg)
-    _check_out_dir(out)
     t0 = time.perf_counter()
     prepared = prepare(cfg, splits)
     for note in prepared.notes:
         print(f"[build] note: {note}", flush=True)
     with exclusive(out):  # a second command building the same folder waits, then reuses it
+        _check_out_dir(out)
         manifest, todo = _splits_to_build(out, prepared, splits, force)
         if not todo:
             return out
         manifest = manifest or _new_manifest(cfg, prepared)
-        out.mkdir(parents=True, exist_ok=True)
+        claim(str(out), "shards")
 
         # One pipeline for all splits to build: actors start, and load their model, once.
         use_ray = actors > 0 or address is not None
@@ -430,7 +479,8 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
         table = pa.concat_tables(tables)
         print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
               f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
-        started_ray = _start_ray(address, actors) if use_ray else False
+        started_ray = start_ray(address, console=False, dashboard=False, cpus=max(actors, os.cpu_count() or 1),
+                                ship_package=True) if use_ray else False
         results: Iterator[pa.Table] = iter(())
         try:
             if table.num_rows and use_ray:
@@ -440,10 +490,10 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
             start, done = time.perf_counter(), 0
             for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
                 partial = out / f"{split}.partial"
-                shutil.rmtree(partial, ignore_errors=True)
+                _remove_split(partial)
                 partial.mkdir()
                 result = consume(part, split_table.num_rows, partial, first=done)
-                shutil.rmtree(out / split, ignore_errors=True)
+                _remove_split(out / split)
                 partial.rename(out / split)
                 manifest["splits"][split] = _split_entry(prepared.counts[split], result)
                 seconds, done = time.perf_counter() - start, done + split_table.num_rows
@@ -558,28 +608,7 @@ def _split_entry(counts: dict, result: SplitResult) -> dict:
 
 
 def _write_manifest(out: Path, manifest: dict) -> None:
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(out / MANIFEST)
-
-
-def _start_ray(address: str | None, actors: int) -> bool:
-    """Connect to ``address``, or to the cluster of the Ray job this command runs in, or start a
-    local Ray (``hlgt.config.ray_address``); False when Ray was already running (not ours)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
-    target = ray_address(address)
-    if target == "local":
-        ray.init(address=target, num_cpus=max(actors, os.cpu_count() or 1), include_dashboard=False, **quiet)
-    elif address:
-        # Ship this package to the cluster's workers so the actors import the same code.
-        ray.init(address=target, runtime_env={"py_modules": [str(REPO_ROOT / "hlgt")]}, **quiet)
-    else:
-        ray.init(address=target, **quiet)  # a Ray job's runtime environment ships its tree already
-    return True
+    write_text(out / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
 
 
 def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> Path:
@@ -595,29 +624,46 @@ def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> P
 
 
 @dataclass
-class FileRows:
-    rows: list[dict]  # the problems that can be scored, as shard rows
-    records: int  # records in the file
-    not_scored: Counter  # reason -> problems dropped before scoring (reader, cleaning, annotation)
-    unanswerable: Counter  # reason -> scored problems whose gold equation the model cannot write
+class FileCounts:
+    """What became of a problem file's records, counted as they stream through ``file_chunks``."""
+    read: ReadResult = field(default_factory=lambda: ReadResult(problems=[]))  # records, reader skips, notes
+    dropped: Counter = field(default_factory=Counter)  # reason -> problems dropped by cleaning or annotation
+    unanswerable: Counter = field(default_factory=Counter)  # reason -> scored problems whose gold equation the model cannot write
+
+    @property
+    def not_scored(self) -> Counter:
+        """Reason -> records that were not scored (reader, cleaning, annotation)."""
+        return self.read.skipped + self.dropped
 
 
-def file_rows(path: str | Path, constants: list[str], annotator: str, model: str = "") -> FileRows:
-    """A problem file read, cleaned and annotated as a validation split is: the model's
-    ``constants`` (a gold equation needing another is unanswerable, flagged ``rare_constant``),
-    the annotator the model was trained with, in this process, with progress."""
-    from hlgt.data.problems import read_problems
+def file_chunks(path: str | Path, constants: list[str], annotator: str, model: str = "",
+                counts: FileCounts | None = None, size: int = FILE_CHUNK) -> Iterator[list[dict]]:
+    """A problem file read, cleaned and annotated as a validation split is, as shard rows of the
+    problems that can be scored, ``size`` problems at a time (a file of any size in bounded
+    memory): the model's ``constants`` (a gold equation needing another is unanswerable, flagged
+    ``rare_constant``), the annotator the model was trained with, loaded once, in this process.
+    Every record is counted into ``counts``."""
+    from hlgt.data.problems import iter_problems
 
-    read = read_problems(path)
-    cleaned = clean_split(read.problems, train=False, constants=constants)
-    not_scored = Counter(read.skipped) + cleaned.dropped
-    rows: list[dict] = []
-    for table in run_in_process(input_table(cleaned.examples), annotator, model, label=Path(path).name):
-        for reason in table.filter(pc.is_valid(table["drop_reason"]))["drop_reason"].to_pylist():
-            not_scored[reason] += 1
-        rows += table.filter(pc.is_null(table["drop_reason"])).select(SCHEMA.names).to_pylist()
-    unanswerable = Counter(row["flag"] for row in rows if row["flag"] is not None)
-    return FileRows(rows=rows, records=read.records, not_scored=not_scored, unanswerable=unanswerable)
+    counts = counts if counts is not None else FileCounts()
+    problems = iter_problems(path, counts.read)
+    step = AnnotateGraph(annotator, model)
+    while chunk := list(itertools.islice(problems, size)):
+        cleaned = clean_split(chunk, train=False, constants=constants,
+                              on_drop=lambda p, reason, why: counts.read.note(f"{path}:{p.line}: {reason} ({why})"))
+        counts.dropped.update(cleaned.dropped)
+        if not cleaned.examples:
+            continue
+        table = pa.concat_tables([step(batch) for batch in _batches(input_table(cleaned.examples), BATCH_SIZE)])
+        lines = {p.id: p.line for p in chunk}
+        failed = table.filter(pc.is_valid(table["drop_reason"]))
+        for pid, reason, why in zip(*(failed[c].to_pylist() for c in ("id", "drop_reason", "drop_message"))):
+            counts.dropped[reason] += 1
+            counts.read.note(f"{path}:{lines[pid]}: {reason} ({why})")
+        rows = table.filter(pc.is_null(table["drop_reason"])).select(SCHEMA.names).to_pylist()
+        counts.unanswerable.update(row["flag"] for row in rows if row["flag"] is not None)
+        if rows:
+            yield rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,7 +681,8 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
     table = input_table(prepared.examples[split])
     print(f"[bench] {cfg.data.dataset} {split}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
           f"{os.cpu_count()} CPUs on this machine", flush=True)
-    started_ray = _start_ray(address, max(actor_counts)) if any(actor_counts) or address else False
+    started_ray = (start_ray(address, console=False, dashboard=False, cpus=max(*actor_counts, os.cpu_count() or 1),
+                             ship_package=True) if any(actor_counts) or address else False)
     runs: dict[int, dict[str, float]] = {}
     result = SplitResult()
     try:

@@ -38,7 +38,7 @@ import collections
 import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Iterable
+from typing import Callable, Iterable
 
 from hlgt.data.numbers import ExampleError, Example, is_constant, to_example
 from hlgt.data.problems import Problem
@@ -105,11 +105,13 @@ def clean_split(
     min_const_freq: int = 5,
     max_tokens: int = MAX_TOKENS,
     max_quantities: int = MAX_QUANTITIES,
+    on_drop: Callable[[Problem, str, str], None] | None = None,
 ) -> CleanResult:
     """Examples of one split, with every drop counted by reason (see the module docstring).
 
     ``train=True`` learns the constant set unless ``constants`` is given; ``train=False`` needs the
-    training split's ``constants``.
+    training split's ``constants``. ``on_drop(problem, reason, message)`` hears of each problem
+    dropped before the constants are applied (every drop of a split that is not train).
     """
     if not train and constants is None:
         raise ValueError("clean_split(train=False) needs the constants learned on the training split")
@@ -121,16 +123,17 @@ def clean_split(
         result.read += 1
         try:
             ex = to_example(problem)
+            over = over_limits(ex.tokens, ex.quantities, max_tokens, max_quantities)
         except ExampleError as e:
-            result.dropped[e.reason] += 1
-            continue
-        over = over_limits(ex.tokens, ex.quantities, max_tokens, max_quantities)
-        if over is not None:
-            result.dropped[over[0]] += 1
-        elif train and ex.flag is not None:
-            result.dropped[ex.flag] += 1
-        else:
+            over = e.reason, str(e).removeprefix(f"{e.reason}: ")
+        if over is None and train and ex.flag is not None:
+            over = ex.flag, f"its equation is flagged {ex.flag}"
+        if over is None:
             candidates.append(ex)
+            continue
+        result.dropped[over[0]] += 1
+        if on_drop is not None:
+            on_drop(problem, *over)
     if constants is None:
         constants = learn_constants(candidates, min_const_freq)
     known = set(constants)

@@ -23,6 +23,7 @@ import torch
 
 from hlgt.data.graph import EDGE_TYPES, GRAPH_PARTS, GRAPH_VARIANTS, NODE_TYPES
 from hlgt.data.vocab import NUM, Vocab
+from hlgt.tensors import tensors_to
 
 
 @dataclass
@@ -44,14 +45,6 @@ class Batch:
     target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
     target_mask: torch.Tensor  # [B, S] True on real target tokens
     answers: list[float]
-    # The gold trees laid out for the decoder (hlgt.model.tree_decoder.TreePlan), the graph for the
-    # HLGT layers (hlgt.model.hlgt_conv.GraphLayout) and the lengths packed for the BiGRUs
-    # (hlgt.model.gru.Packing), when the caller made them on the CPU before moving the batch
-    # (Solver.plan); to() moves them along.
-    tree_plan: Any = None
-    graph_layout: Any = None
-    packing: Any = None
-    shape: Any = None  # the hlgt.model.solver.Shape that Solver.plan padded the batch to, if any
     # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
     # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
     checked: bool = dataclasses.field(default=False, init=False)
@@ -88,7 +81,7 @@ class Batch:
         are; padding nodes belong to no problem (``node_batch`` B); padding edges join the last
         node, a padding one, to itself, and padding line edges the last edge, a padding one, to
         itself, so no message reaches a real node or edge. Padding target tokens are masked; the
-        decoder's plan of the trees is padded apart (``TreePlan.padded``). Checked and planned
+        decoder's layout of the trees is padded apart (``TreeLayout.padded``). Checked and planned
         afterwards by ``Solver.plan``, not by ``check``, which allows no padding node."""
         B, T = self.tokens.shape
         N, E, L = self.node_batch.numel(), self.edge_type.numel(), self.line_index.size(1)
@@ -116,77 +109,13 @@ class Batch:
         return padded
 
     def to(self, device: torch.device | str) -> "Batch":
-        """The batch and its layouts on ``device``, in one transfer per dtype (``tensors_to``)."""
+        """The batch on ``device``, in one transfer per dtype (``tensors_to``)."""
         moved = tensors_to(self, device)
         moved.checked = self.checked
         return moved
 
     def __len__(self) -> int:
         return len(self.ids)
-
-
-def tensors_to(obj, device: torch.device | str):
-    """A copy of a dataclass instance with its tensors on ``device``: its tensor fields and those of
-    the dataclasses in its fields, recursively; other fields are shared. Tensors not yet there
-    travel packed, one buffer per dtype, and arrive as views of it: one transfer per dtype instead
-    of one per tensor, and to a GPU from pinned memory without waiting (a plain copy to a GPU makes
-    the host wait for everything queued before it)."""
-    return with_tensors(obj, iter(_moved_packed(tensors_of(obj), torch.device(device))))
-
-
-def tensors_of(obj) -> list[torch.Tensor]:
-    """The tensors of a dataclass instance and of the dataclasses in its fields, in field order."""
-    out = []
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if isinstance(value, torch.Tensor):
-            out.append(value)
-        elif _is_record(value):
-            out += tensors_of(value)
-    return out
-
-
-def with_tensors(obj, tensors: Iterator[torch.Tensor]):
-    """A copy of ``obj`` whose tensors are the next ones of ``tensors``, in ``tensors_of``'s order."""
-    changes = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if isinstance(value, torch.Tensor):
-            changes[f.name] = next(tensors)
-        elif _is_record(value):
-            changes[f.name] = with_tensors(value, tensors)
-    return dataclasses.replace(obj, **changes)
-
-
-def _is_record(value) -> bool:
-    """A dataclass instance (its tensors travel with the object holding it)."""
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
-
-
-def _moved_packed(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """``tensors`` on ``device``: those elsewhere moved by (dtype, device) group with ``packed_to``,
-    those already there as they are."""
-    groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
-    for i, t in enumerate(tensors):
-        if t.device.type != device.type or device.index not in (None, t.device.index):
-            groups.setdefault((t.dtype, t.device), []).append(i)
-    out = list(tensors)
-    for idx in groups.values():
-        for i, moved in zip(idx, packed_to([tensors[i] for i in idx], device)):
-            out[i] = moved
-    return out
-
-
-def packed_to(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """Tensors of one dtype and device, concatenated into one buffer, moved (to a GPU: pinned, not
-    waiting) and returned as views of the moved buffer, in their shapes."""
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    if device.type == "cuda" and flat.device.type == "cpu":
-        # The caching host allocator keeps the pinned buffer until its copy is done.
-        flat = flat.pin_memory().to(device, non_blocking=True)
-    else:
-        flat = flat.to(device)
-    return [part.view(t.shape) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
 # The shard columns collate reads as they are, and their dtypes.
@@ -275,21 +204,39 @@ def collate(
         raise ValueError("collate needs at least one row")
     parts = _variant_parts(variant)
     rows = [r if isinstance(r, Encoded) else encode([r], vocab)[0] for r in rows]
-    b = len(rows)
     column = {c: _concat([r.arrays[c] for r in rows]) for c in ARRAY_COLUMNS}  # (flat, counts)
-
-    # Text.
     words, lengths = _concat([r.words for r in rows])
-    tokens = _pad(words, lengths, max(int(lengths.max()), 1))
+    targets, t_counts = _concat([r.target for r in rows])
+    s = max(int(t_counts.max()), 1)
+    batch = Batch(
+        ids=[r.id for r in rows],
+        tokens=torch.from_numpy(_pad(words, lengths, max(int(lengths.max()), 1))),
+        lengths=torch.from_numpy(lengths),
+        **_quantities(column, max_quantities),
+        **_graph(column, parts),
+        target=torch.from_numpy(_pad(targets, t_counts, s)),
+        target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
+        answers=[r.answer for r in rows],
+    )
+    batch.check()
+    batch.checked = True
+    return batch
 
-    # Quantities.
+
+def _quantities(column: dict, max_quantities: int | None) -> dict[str, torch.Tensor]:
+    """The batch's quantity tensors [B, Q] from the concatenated columns."""
     (num_pos, q_counts), (num_values, _) = column["num_pos"], column["num_values"]
     q = int(q_counts.max()) if max_quantities is None else max_quantities
     if q_counts.max() > q:
         raise ValueError(f"a problem has {int(q_counts.max())} quantities, more than max_quantities={q}")
-    num_mask = np.arange(q)[None, :] < q_counts[:, None]
+    return {"num_pos": torch.from_numpy(_pad(num_pos, q_counts, q)),
+            "num_mask": torch.from_numpy(np.arange(q)[None, :] < q_counts[:, None]),
+            "num_values": torch.from_numpy(_pad(num_values, q_counts, q).astype(np.float32))}
 
-    # Graph: concatenate with node offsets, then keep the variant's edges and renumber them.
+
+def _graph(column: dict, parts: np.ndarray) -> dict[str, torch.Tensor]:
+    """The batch's graph tensors: every problem's graph concatenated with node offsets, then the
+    variant's edges (``parts``) kept and renumbered, and the line edges between kept edges."""
     (node_pos, n_counts), (node_type, _) = column["node_pos"], column["node_type"]
     (edge_src, e_counts), (edge_dst, _) = column["edge_src"], column["edge_dst"]
     (edge_type, _), (edge_part, _) = column["edge_type"], column["edge_part"]
@@ -301,31 +248,12 @@ def collate(
     keep = np.isin(edge_part, parts)  # [E]
     new_edge_id = np.cumsum(keep) - 1  # [E] id among the kept edges
     keep_line = keep[line_src] & keep[line_dst]  # [L]
-
-    # Targets.
-    targets, t_counts = _concat([r.target for r in rows])
-    s = max(int(t_counts.max()), 1)
-
-    batch = Batch(
-        ids=[r.id for r in rows],
-        tokens=torch.from_numpy(tokens),
-        lengths=torch.from_numpy(lengths),
-        num_pos=torch.from_numpy(_pad(num_pos, q_counts, q)),
-        num_mask=torch.from_numpy(num_mask),
-        num_values=torch.from_numpy(_pad(num_values, q_counts, q).astype(np.float32)),
-        node_batch=torch.from_numpy(np.repeat(np.arange(b, dtype=np.int64), n_counts)),
-        node_pos=torch.from_numpy(node_pos),
-        node_type=torch.from_numpy(node_type),
-        edge_index=torch.from_numpy(np.stack([edge_src[keep], edge_dst[keep]])),
-        edge_type=torch.from_numpy(edge_type[keep]),
-        line_index=torch.from_numpy(np.stack([new_edge_id[line_src[keep_line]], new_edge_id[line_dst[keep_line]]])),
-        target=torch.from_numpy(_pad(targets, t_counts, s)),
-        target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
-        answers=[r.answer for r in rows],
-    )
-    batch.check()
-    batch.checked = True
-    return batch
+    return {"node_batch": torch.from_numpy(np.repeat(np.arange(len(n_counts), dtype=np.int64), n_counts)),
+            "node_pos": torch.from_numpy(node_pos), "node_type": torch.from_numpy(node_type),
+            "edge_index": torch.from_numpy(np.stack([edge_src[keep], edge_dst[keep]])),
+            "edge_type": torch.from_numpy(edge_type[keep]),
+            "line_index": torch.from_numpy(np.stack([new_edge_id[line_src[keep_line]],
+                                                     new_edge_id[line_dst[keep_line]]]))}
 
 
 def iter_batches(

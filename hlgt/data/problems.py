@@ -16,28 +16,44 @@ equation's value, without ``equation`` the problem is scored by its answer only.
 Values are taken with the standard ``json`` module, never pandas/Arrow, so ids stay strings
 (MAWPS writes them as ints) and answers stay exactly as written (MAWPS writes floats).
 
+A null ``equation`` or ``ans`` is an absent one. A repeated id is made unique (the second ``a``
+reads as ``a#2``), with a note.
+
 A record that cannot be used is skipped and counted under a named reason in
-``ReadResult.skipped`` — never dropped silently, never a crash. A file that cannot be opened, or a
-JSON array that does not parse as a whole, raises ``DataFileError`` naming the file.
+``ReadResult.skipped`` (JSON that does not parse, nests too deep for Python's reader or holds an
+integer of more than 4,300 digits; a missing or mistyped field; an empty text) — never dropped
+silently, never a crash — and the first few are noted, each naming its file and line. JSON Lines
+are read a line at a time, split on ``\n`` only (a raw U+2028 inside a string is no line break).
+A file that cannot be opened, or a JSON array that does not parse as a whole, raises
+``DataFileError`` naming the file.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from hlgt.data.text import tokenize
 
 # Reader skip reasons (the report prints them under these names).
-MALFORMED_JSON = "malformed_json"
+MALFORMED_JSON = "malformed_json"  # not JSON (or not UTF-8 text)
+NESTED_TOO_DEEP = "nested_too_deep"  # JSON nested deeper than Python's reader goes
+NUMBER_TOO_LONG = "number_too_long"  # an integer of more digits than Python converts (4,300)
 NOT_AN_OBJECT = "not_an_object"
 MISSING_FIELD = "missing_field"
 BAD_FIELD_TYPE = "bad_field_type"
 EMPTY_TEXT = "empty_text"
+MAX_NOTES = 20  # messages about single records kept per file
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_SPACE = re.compile(r"\s*")
+_OBJECT_LINE = re.compile(r"^\{", re.M)
+_BOM = b"\xef\xbb\xbf"
 
 
 class DataFileError(ValueError):
@@ -52,6 +68,7 @@ class Problem:
     equation: str  # raw, e.g. "x=(11-1)*2"
     answer: str  # raw answer as a string
     source: str  # e.g. "math23k/Math_23K_train.json"
+    line: int = field(default=0, compare=False)  # where the record starts in its file
 
 
 @dataclass
@@ -59,6 +76,32 @@ class ReadResult:
     problems: list[Problem]
     skipped: collections.Counter = field(default_factory=collections.Counter)  # reason -> count
     records: int = 0  # records seen in the file (problems + skipped)
+    notes: list[str] = field(default_factory=list)  # the first MAX_NOTES messages about records, "FILE:LINE: ..."
+
+    def skip(self, reason: str, where: str, detail: str) -> None:
+        self.skipped[reason] += 1
+        self.note(f"{where}: {reason} ({detail})")
+
+    def note(self, message: str) -> None:
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(message)
+
+
+class UniqueIds:
+    """Ids as the records give them, a repeat made unique: the second ``a`` is ``a#2`` (a
+    predictions file is read by id, and ``compare`` refuses a file with an id twice)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.next: dict[str, int] = {}
+
+    def take(self, pid: str) -> str:
+        unique, k = pid, self.next.get(pid, 2)
+        while unique in self.seen:
+            unique, k = f"{pid}#{k}", k + 1
+        self.next[pid] = k
+        self.seen.add(unique)
+        return unique
 
 
 def guess_lang(text: str) -> str:
@@ -74,34 +117,51 @@ def source_name(path: str | Path) -> str:
 
 def read_problems(path: str | Path, lang: str | None = None) -> ReadResult:
     """Read one file in any of the three layouts; ``lang`` None guesses it from the file's texts."""
-    path = Path(path)
-    if lang not in (None, "zh", "en"):
-        raise ValueError(f"lang must be 'zh', 'en' or None, got {lang!r}")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise DataFileError(f"problem file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataFileError(f"cannot read problem file {path}: {e}") from None
     result = ReadResult(problems=[])
-    source = source_name(path)
-    records = [r for r in (_fields(record, result.skipped) for record in _records(text, path, result.skipped))
-               if r is not None]
-    # One language per file, its texts' majority guess: a Math23K problem that is pure arithmetic
-    # ("840/6/70+630=．") is still Chinese data, and a raw one is tokenised as Chinese.
-    guesses = [guess_lang(r.text) for r in records if r.text.strip()]
-    file_lang = lang or ("zh" if 2 * guesses.count("zh") >= len(guesses) else "en")
-    for record in records:
-        problem = _to_problem(record, file_lang, source, result.skipped)
-        if problem is not None:
-            result.problems.append(problem)
+    result.problems = list(iter_problems(path, result, lang))
     if not result.problems:
         skipped = f" (skipped: {dict(result.skipped)})" if result.skipped else ""
         raise DataFileError(f"{path} holds no readable problem{skipped}")
     if lang is not None:
-        _check_language(path, result.problems, lang)
-    result.records = len(result.problems) + sum(result.skipped.values())
+        _check_language(Path(path), result.problems, lang)
     return result
+
+
+def iter_problems(path: str | Path, result: ReadResult, lang: str | None = None) -> Iterator[Problem]:
+    """The file's problems one by one, every record counted into ``result`` as it is read (its
+    ``problems`` stay empty): a JSON Lines file is read a line at a time, so a large one is never
+    held whole. A repeated id is made unique, with a note."""
+    path = Path(path)
+    if lang not in (None, "zh", "en"):
+        raise ValueError(f"lang must be 'zh', 'en' or None, got {lang!r}")
+    records = _records(path)
+    # One language per file, its texts' majority guess: a Math23K problem that is pure arithmetic
+    # ("840/6/70+630=．") is still Chinese data, and a raw one is tokenised as Chinese.
+    file_lang = lang or _majority_lang(records)
+    source, ids = source_name(path), UniqueIds()
+    for line, value in records:
+        where = f"{path}:{line}"
+        result.records += 1
+        if isinstance(value, Unreadable):
+            result.skip(value.reason, where, value.detail)
+            continue
+        record = _fields(value, result, where)
+        problem = record and _to_problem(record, file_lang, source, result, where, line)
+        if problem:
+            unique = ids.take(problem.id)
+            if unique != problem.id:
+                result.note(f"{where}: id {problem.id!r} repeats an earlier record's: read as {unique!r}")
+                problem = dataclasses.replace(problem, id=unique)
+            yield problem
+
+
+def _majority_lang(records: Iterable[tuple[int, Any]]) -> str:
+    guesses = collections.Counter()
+    for _, value in records:
+        record = None if isinstance(value, Unreadable) else _fields(value, ReadResult(problems=[]), "")
+        if record is not None and record.text.strip():
+            guesses[guess_lang(record.text)] += 1
+    return "zh" if guesses["zh"] >= guesses["en"] else "en"
 
 
 def _check_language(path: Path, problems: list[Problem], lang: str) -> None:
@@ -114,63 +174,150 @@ def _check_language(path: Path, problems: list[Problem], lang: str) -> None:
                             f"{len(problems)} texts are not {names[lang]}: is this the right file?")
 
 
-def _records(text: str, path: Path, skipped: collections.Counter) -> list:
-    """Parsed JSON values of the file; malformed pieces are counted under ``malformed_json``."""
-    body = text.lstrip()
-    if not body:
-        return []
-    if body[0] == "[":
-        try:
-            data = json.loads(body)
-        except json.JSONDecodeError as e:
-            raise DataFileError(f"{path} starts with '[' but is not a valid JSON array: {e}") from None
-        if not isinstance(data, list):
-            raise DataFileError(f"{path}: expected a JSON array of problems")
-        return data
-    first_line = body.split("\n", 1)[0].strip()
-    if _parses_as_object(first_line):
-        return _json_lines(text, skipped)
-    return _concatenated(text, skipped)
+# ---------------------------------------------------------------------------------------------
+# Records: (line, parsed JSON value or Unreadable) in file order, whatever the layout.
 
 
-def _parses_as_object(line: str) -> bool:
+@dataclass(frozen=True)
+class Unreadable:
+    """A record that is not a JSON value Python's reader can take: its skip reason and why."""
+    reason: str
+    detail: str
+
+
+def unreadable(error: ValueError | RecursionError) -> Unreadable:
+    """What ``json.loads`` raised on one record, as its skip reason and a message."""
+    if isinstance(error, RecursionError):
+        return Unreadable(NESTED_TOO_DEEP, "nested deeper than the JSON reader goes")
+    if isinstance(error, UnicodeDecodeError):
+        return Unreadable(MALFORMED_JSON, f"not UTF-8 text: {error.reason} at byte {error.start}")
+    if isinstance(error, json.JSONDecodeError):
+        return Unreadable(MALFORMED_JSON, f"{error.msg.removesuffix(' at')} at column {error.colno}")
+    return Unreadable(NUMBER_TOO_LONG, "an integer of more than 4,300 digits")  # int() refuses to convert
+
+
+def read_records(path: str | Path) -> list[tuple[int, Any]]:
+    """Every record of a file as (line, parsed JSON value), in order; unreadable records left out."""
+    return [(line, value) for line, value in _records(Path(path)) if not isinstance(value, Unreadable)]
+
+
+def _records(path: Path) -> Iterable[tuple[int, Any]]:
+    """The file's records: a JSON array's items, JSON Lines (read line by line, on ``\n`` only, as
+    often as it is iterated), or objects written one after another (Math23K)."""
     try:
-        return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
+        with path.open("rb") as f:
+            first = next((line for line in f if line.strip()), b"").removeprefix(_BOM).lstrip()
+        if first[:1] == b"{" and _parses_as_object(first):
+            return _JsonLines(path)
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataFileError(f"problem file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataFileError(f"cannot read problem file {path}: {e}") from None
+    body = text.lstrip()
+    if body[:1] == "[":
+        return list(_array(text, path))
+    return list(_concatenated(text)) if body else []
+
+
+def _parses_as_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line.decode("utf-8")), dict)
+    except (ValueError, RecursionError):
         return False
 
 
-def _json_lines(text: str, skipped: collections.Counter) -> list:
-    out = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            skipped[MALFORMED_JSON] += 1
-    return out
+class _JsonLines:
+    """The records of a JSON Lines file, read a line at a time: split on ``\n`` only (a raw U+2028
+    inside a string is no line break), each line decoded and parsed on its own."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        with self.path.open("rb") as f:  # a binary file's lines end at b"\n" alone
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.removesuffix(b"\n").decode("utf-8").removeprefix("\ufeff" if number == 1 else "")
+                    if line.strip():
+                        yield number, json.loads(line)
+                except (ValueError, RecursionError) as e:
+                    yield number, unreadable(e)
 
 
-def _concatenated(text: str, skipped: collections.Counter) -> list:
-    """Objects written one after another (Math23K). After a malformed object, reading resumes at
-    the next line that opens an object, so one broken record costs one count, not the file."""
-    decoder = json.JSONDecoder()
-    out, i, n = [], 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            return out
+def _array(text: str, path: Path) -> Iterator[tuple[int, Any]]:
+    """The items of a JSON array, each with its line. An item too deep or with too long a number
+    is one unreadable record; JSON that is not an array at all is the file's error."""
+    decoder, line, counted = json.JSONDecoder(), 1, 0
+    i = _JSON_SPACE.match(text, text.index("[") + 1).end()
+    while i < len(text) and text[i] != "]":
+        line, counted = line + text.count("\n", counted, i), i
         try:
             value, i = decoder.raw_decode(text, i)
-            out.append(value)
-        except json.JSONDecodeError:
-            skipped[MALFORMED_JSON] += 1
-            nxt = re.compile(r"^\{", re.M).search(text, i + 1)
-            if nxt is None:
-                return out
-            i = nxt.start()
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path} starts with '[' but is not a valid JSON array: {e}") from None
+        except (ValueError, RecursionError) as e:
+            end = _value_end(text, i)
+            if end is None:
+                raise DataFileError(f"{path}: the item at line {line} does not end") from None
+            value, i = unreadable(e), end
+        yield line, value
+        i = _JSON_SPACE.match(text, i).end()
+        if text[i:i + 1] == ",":
+            i = _JSON_SPACE.match(text, i + 1).end()
+            if text[i:i + 1] in ("]", ""):
+                raise DataFileError(f"{path} starts with '[' but is not a valid JSON array: a ',' before the end")
+        elif text[i:i + 1] != "]":
+            raise DataFileError(f"{path} starts with '[' but is not a valid JSON array: no ',' or ']' at line "
+                                f"{line + text.count(chr(10), counted, i)}")
+    if i >= len(text) or text[i + 1:].strip():
+        raise DataFileError(f"{path} starts with '[' but is not a valid JSON array: it does not end with its ']'")
+
+
+def _concatenated(text: str) -> Iterator[tuple[int, Any]]:
+    """Objects written one after another (Math23K). After a malformed object, reading resumes at
+    the next line that opens an object, so one broken record costs one count, not the file."""
+    decoder, line, counted = json.JSONDecoder(), 1, 0
+    i = _SPACE.match(text).end()
+    while i < len(text):
+        line, counted = line + text.count("\n", counted, i), i
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except (ValueError, RecursionError) as e:
+            end = None if isinstance(e, json.JSONDecodeError) else _value_end(text, i)
+            nxt = _OBJECT_LINE.search(text, i + 1) if end is None else None
+            value, i = unreadable(e), end if end is not None else nxt.start() if nxt else len(text)
+        yield line, value
+        i = _SPACE.match(text, i).end()
+
+
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BRACKET_OR_QUOTE = re.compile(r'[\[\]{}"]')
+_SCALAR = re.compile(r'[^,\]}\s]*')
+
+
+def _value_end(text: str, i: int) -> int | None:
+    """Where the JSON value starting at ``text[i]`` ends, found without recursion (brackets
+    counted outside strings), for a value too deep or too long to parse; None when it never ends."""
+    if text[i] not in "[{":
+        return _SCALAR.match(text, i).end()
+    depth, j = 0, i
+    while (m := _BRACKET_OR_QUOTE.search(text, j)) is not None:
+        if m.group() == '"':
+            rest = _STRING_REST.match(text, m.end())
+            if rest is None:
+                return None
+            j = rest.end()
+            continue
+        depth += 1 if m.group() in "[{" else -1
+        j = m.end()
+        if depth == 0:
+            return j
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Fields: a record's id, text, equation and answer, checked.
 
 
 @dataclass(frozen=True)
@@ -183,34 +330,33 @@ class _Record:
     answer: str | int | float
 
 
-def _fields(record, skipped: collections.Counter) -> _Record | None:
+def _fields(record, result: ReadResult, where: str) -> _Record | None:
     if not isinstance(record, dict):
-        skipped[NOT_AN_OBJECT] += 1
+        result.skip(NOT_AN_OBJECT, where, f"a JSON {type(record).__name__}, not an object")
         return None
     text_field = "segmented_text" if "segmented_text" in record else "original_text"
     present = {k for k in ("id", text_field, "equation", "ans") if record.get(k) is not None}
     if not {"id", text_field} <= present or not present & {"equation", "ans"}:
-        skipped[MISSING_FIELD] += 1
+        missing = [k for k in ("id", text_field) if k not in present] or ["equation or ans"]
+        result.skip(MISSING_FIELD, where, f"no {' and no '.join(missing)}")
         return None
     pid, text = record["id"], record[text_field]
-    equation, answer = record.get("equation", ""), record.get("ans", "")
-    if (
-        not isinstance(pid, (str, int))
-        or isinstance(pid, bool)
-        or not isinstance(text, str)
-        or not isinstance(equation, str)
-        or not isinstance(answer, (str, int, float))
-        or isinstance(answer, bool)
-    ):
-        skipped[BAD_FIELD_TYPE] += 1
+    # A null equation or answer is an absent one: the problem is scored by the other.
+    equation, answer = ("" if record.get(k) is None else record[k] for k in ("equation", "ans"))
+    bad = [name for name, value, kinds in (("id", pid, (str, int)), (text_field, text, str),
+                                           ("equation", equation, str), ("ans", answer, (str, int, float)))
+           if not isinstance(value, kinds) or isinstance(value, bool)]
+    if bad:
+        result.skip(BAD_FIELD_TYPE, where, f"{bad[0]} is a JSON {type(record.get(bad[0])).__name__}")
         return None
     return _Record(pid, text, text_field == "segmented_text", equation, answer)
 
 
-def _to_problem(record: _Record, lang: str, source: str, skipped: collections.Counter) -> Problem | None:
+def _to_problem(record: _Record, lang: str, source: str, result: ReadResult, where: str,
+                line: int) -> Problem | None:
     tokens = tuple(record.text.split() if record.segmented else tokenize(record.text, lang))
     if not tokens:
-        skipped[EMPTY_TEXT] += 1
+        result.skip(EMPTY_TEXT, where, "no word in its text")
         return None
     return Problem(
         id=str(record.id),
@@ -219,4 +365,5 @@ def _to_problem(record: _Record, lang: str, source: str, skipped: collections.Co
         equation=record.equation.strip(),
         answer=str(record.answer).strip(),
         source=source,
+        line=line,
     )

@@ -5,11 +5,11 @@
     python -m hlgt.data.report --dataset math23k --explain ID --out page.html [--split S]
         [--annotator offline|ltp|hanlp] [--annotator-model M] [--graph srl|parse|quantity_cell]
 
-For every split it prints the records in the file(s), the reader's skips by reason, the
-problems read, the problems kept (and their share of those read), the problems dropped by reason
-(training rules, see clean.py) and, for valid and test, the problems kept whose gold equation
-cannot be represented (they score as wrong unless the model finds another equation with the
-right value); for MAWPS also how many test problems have their text among the fold's train and
+For every split it prints the records in the file(s), the reader's skips by reason (the first
+few named by file and line), the problems read, the problems kept (and their share of those
+read), the problems dropped by reason (training rules, see clean.py) and, for valid and test, the
+problems kept whose gold equation cannot be represented (they score as wrong unless the model
+finds another equation with the right value); for MAWPS also how many test problems have their text among the fold's train and
 valid problems (0 with the grouped folds). Two reference rows show the training rules on files
 that are not training files here: MAWPS's whole file (its folds only split it), and APE210K's
 valid file when train.ape.json is absent (valid and test rows need constants learned on a real
@@ -54,7 +54,7 @@ def _row(label: str, read: ReadResult, cleaned: CleanResult) -> str:
         text += f"; reader skipped: {_reasons(read.skipped)}"
     if cleaned.unrepresentable:
         text += f"; kept, prefix None: {_reasons(cleaned.unrepresentable)}"
-    return text
+    return "\n".join([text, *(f"  {'':<16} {note}" for note in read.notes)])
 
 
 HEADER = f"  {'split':<16} {'records':>7} {'skipped':>7} {'problems':>8} {'kept':>7} {'kept %':>8} {'dropped':>7}"

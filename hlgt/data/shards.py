@@ -23,7 +23,15 @@ def load_manifest(shards_dir: str | Path) -> dict:
     path = Path(shards_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no {MANIFEST} in {shards_dir}: build it with `python -m hlgt.data.build`")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{path} is damaged ({' '.join(str(e).split())[:200]}): rebuild the folder with "
+                         "`python -m hlgt.data.build ... --force`") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
+        raise ValueError(f"{path} is damaged (no \"splits\" object): rebuild the folder with "
+                         "`python -m hlgt.data.build ... --force`")
+    return manifest
 
 
 def load_vocab(shards_dir: str | Path) -> Vocab:

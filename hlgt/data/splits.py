@@ -45,7 +45,7 @@ from pathlib import Path
 
 from hlgt.config import MAWPS_FOLD_SCHEMES, MAWPS_N_FOLDS, default_data_dir
 from hlgt.data.clean import MAX_TOKENS, CleanResult, clean_split
-from hlgt.data.problems import Problem, ReadResult, read_problems
+from hlgt.data.problems import Problem, ReadResult, iter_problems, read_problems
 
 DATASETS = ("math23k", "mawps", "ape210k", "sample")
 SAMPLE_LANGS = {"sample": ("zh", "en"), "sample_zh": ("zh",), "sample_en": ("en",)}
@@ -132,6 +132,7 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
             result.problems += part.problems
             result.skipped += part.skipped
             result.records += part.records
+            result.notes += part.notes
         return result
     whole = read_problems(paths[0], lang=LANGS[dataset])
     if dataset != "mawps":
@@ -139,10 +140,11 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     by_split = mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
     ids = set(by_split[split])
     problems = [p for p in whole.problems if p.id in ids]
-    skipped = collections.Counter()
+    skipped, notes = collections.Counter(), []
     if split == "train":
         skipped = whole.skipped + collections.Counter({OUTSIDE_THE_FOLDS: len(by_split["outside"])})
-    return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()))
+        notes = whole.notes
+    return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()), notes=notes)
 
 
 def find_problem(dataset: str, problem_id: str, data_dir: str | Path | None = None,
@@ -159,7 +161,7 @@ def find_problem(dataset: str, problem_id: str, data_dir: str | Path | None = No
                 continue
             read.add(path)
             _require(path, dataset, split)
-            for problem in read_problems(path, lang=lang).problems:
+            for problem in iter_problems(path, ReadResult(problems=[]), lang):  # a large file is never held whole
                 if problem.id == problem_id:
                     return problem, split
     raise KeyError(f"no problem with id {problem_id!r} in the {dataset} files of {', '.join(splits)}")

@@ -68,10 +68,12 @@ import bisect
 import importlib.metadata
 import logging
 import numbers
+import os
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 POS_TAGS = ("NOUN", "VERB", "NUM", "UNIT", "ADJ", "ADV", "ADP", "PRON", "PUNCT", "OTHER")
@@ -124,8 +126,24 @@ class AnnotationError(RuntimeError):
     """One problem the backend cannot annotate; the pipeline counts it and goes on."""
 
 
-class AnnotatorLoadError(RuntimeError):
-    """The backend or its model cannot be loaded at all (fatal: a configuration problem)."""
+class AnnotatorLoadError(ValueError):
+    """The backend or its model cannot be loaded at all (fatal: a configuration problem, which a
+    command reports in one line)."""
+
+
+def _one_line(error: Exception, limit: int = 300) -> str:
+    """An exception as one short line (hub errors span many)."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _check_local_model(model: str, backend: str) -> None:
+    """A model given as a path (not a hub id) must exist: checked before the backend spends half
+    a minute asking a hub for it."""
+    path = Path(model).expanduser()
+    if (model.startswith((".", "~", "/")) or os.sep in model and path.parent.exists()) and not path.is_dir():
+        raise AnnotatorLoadError(f"{MODEL_OPTION} {model!r}: there is no such folder; download the {backend} "
+                                 "model on a machine with a network and point the option at its folder")
 
 
 class Annotator(Protocol):
@@ -472,15 +490,17 @@ class LTPAnnotator:
 
     def load(self) -> LTPAnnotator:
         if self._ltp is None:
+            _check_local_model(self.model, "LTP")
             try:
                 from ltp import LTP
 
                 backend = LTP(self.model)
             except Exception as e:
                 raise AnnotatorLoadError(
-                    f"cannot load the LTP model {self.model!r} ({type(e).__name__}: {e}). Set {MODEL_OPTION} "
-                    "to a hub id reachable from this machine (LTP/tiny, LTP/small, LTP/base) or to a local "
-                    "directory holding config.json, pytorch_model.bin and the tokenizer files. LTP 4.2.14 "
+                    f"cannot load the LTP model {self.model!r} ({_one_line(e)}). Download it (the Hugging Face "
+                    f"repository {self.model if '/' in self.model else DEFAULT_LTP_MODEL}: config.json, "
+                    f"pytorch_model.bin and the tokenizer files) on a machine with a network and point {MODEL_OPTION} "
+                    "at its folder, or set it to a hub id reachable from here (LTP/tiny, LTP/small, LTP/base). LTP 4.2.14 "
                     "loads with transformers<5 and huggingface_hub<1 (installed: ltp "
                     f"{_dist_version('ltp')}, transformers {_dist_version('transformers')}, "
                     f"huggingface_hub {_dist_version('huggingface_hub')})."
@@ -542,15 +562,17 @@ class HanLPAnnotator:
 
     def load(self) -> HanLPAnnotator:
         if self._mtl is None:
+            _check_local_model(self.model, "HanLP")
             try:
                 import hanlp
 
                 backend = hanlp.load(self.model)
             except Exception as e:
                 raise AnnotatorLoadError(
-                    f"cannot load the HanLP model {self.model!r} ({type(e).__name__}: {e}). Set {MODEL_OPTION} "
-                    "to a hanlp.pretrained.mtl name or URL reachable from this machine, or to a local directory "
-                    "of an unpacked HanLP multi-task model (with config.json); its transformer encoder must be in "
+                    f"cannot load the HanLP model {self.model!r} ({_one_line(e)}). Download it (the archive "
+                    "hanlp.pretrained.mtl names) on a machine with a network, unpack it and point "
+                    f"{MODEL_OPTION} at its folder (with config.json), or set it to a hanlp.pretrained.mtl name "
+                    "or URL reachable from here; its transformer encoder must be in "
                     f"the Hugging Face cache too. Installed: hanlp {_dist_version('hanlp')}, transformers "
                     f"{_dist_version('transformers')} (the English ModernBERT models need transformers>=4.48)."
                 ) from e

@@ -4,7 +4,7 @@ The training files' own segmentations are the reference: a raw text should give 
 above all the quantities its segmentation gives (Math23K's and MAWPS's original texts against
 their segmented texts: tests/test_problems.py). Used for the texts ``solve`` reads and for problem
 files that give only an ``original_text`` (``hlgt.data.problems``); the benchmark files come
-segmented.
+segmented. Full-width digits (１２) and the minus sign (−, U+2212) read as their ASCII forms.
 
 Chinese: jieba's segmentation between numbers, without its HMM (Math23K's files do not join
 characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``,
@@ -78,9 +78,14 @@ def chinese_numerals_to_digits(text: str) -> str:
     return _CN_NUMERAL.sub(lambda m: m.group() if m.group() in _NOT_NUMBERS else str(chinese_number(m.group())), text)
 
 
+# Signs a typesetter or a Chinese keyboard writes for ASCII ones: the minus sign (U+2212) and the
+# full-width digits; the files write numbers in ASCII.
+_ASCII_FORMS = str.maketrans({"\u2212": "-", **{chr(0xFF10 + d): str(d) for d in range(10)}})
+
+
 def tokenize(text: str, lang: str) -> list[str]:
     """Raw text → tokens in the style of the training files, numbers whole."""
-    text = text.strip()
+    text = text.strip().translate(_ASCII_FORMS)
     if lang == "en":
         return _ENGLISH.findall(text)
     if lang != "zh":

@@ -1,12 +1,10 @@
 """Word vectors trained on a shard folder's own training texts: the stand-in for the paper's
-pretrained word vectors, which cannot be downloaded here.
+pretrained word vectors, which cannot be downloaded here (the command: ``hlgt-vectors``).
 
-    python -m hlgt.data.vectors --shards datasets/processed/math23k-offline --out vectors.txt
-
-reads the ``train`` split's tokens (quantities already read as NUM), trains word2vec's skip-gram
-with negative sampling on them, and writes a word2vec text file (``count dim`` header, then
-``word x1 ... xd`` per line) that ``--set train.word_vectors=vectors.txt`` loads into the word
-embedding. Only the training split is read, so no validation or test text shapes the vectors.
+``corpus`` reads the ``train`` split's tokens (quantities already read as NUM), ``train_vectors``
+trains word2vec's skip-gram with negative sampling on them, and ``write_vectors`` writes a
+word2vec text file (``count dim`` header, then ``word x1 ... xd`` per line) that ``--set
+train.word_vectors=vectors.txt`` loads into the word embedding. Only the training split is read, so no validation or test text shapes the vectors.
 
 Skip-gram as in word2vec: for every token, the words up to ``window`` positions away (the window
 shrunk at random per token, so near words count more) are its contexts; each (word, context) pair
@@ -17,17 +15,16 @@ replace start as N(0, 1), like the rows of words the file lacks (and <unk>, NUM)
 """
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from hlgt.cli import run_command
 from hlgt.data.schema import example_from_row
 from hlgt.data.shards import load_rows
 from hlgt.data.vocab import NUM, PAD, UNK, words_read
+from hlgt.files import replacing
 
 
 def corpus(shards_dir: str | Path) -> list[list[str]]:
@@ -109,39 +106,16 @@ def train_vectors(sentences: list[list[str]], dim: int = 128, window: int = 5, n
 
 
 def write_vectors(vectors: dict[str, list[float]], path: str | Path) -> None:
-    """word2vec text format, written to a temporary name and renamed (never a half-written file)."""
-    path = Path(path)
+    """word2vec text format, replacing ``path`` whole (``hlgt.files.replacing``: never a
+    half-written file)."""
     dim = len(next(iter(vectors.values())))
-    tmp = path.with_name(path.name + ".partial")
-    with tmp.open("w", encoding="utf-8") as f:
+    with replacing(path) as f:
         f.write(f"{len(vectors)} {dim}\n")
         for word, vec in vectors.items():
             f.write(word + " " + " ".join(f"{x:.5f}" for x in vec) + "\n")
-    tmp.replace(path)
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m hlgt.data.vectors", allow_abbrev=False,
-                                description="Train skip-gram word vectors on a shard folder's training texts.")
-    p.add_argument("--shards", required=True, help="a shard folder written by hlgt.data.build")
-    p.add_argument("--out", required=True, help="the word2vec text file to write")
-    p.add_argument("--dim", type=int, default=128, help="vector size; must equal model.embedding_size")
-    p.add_argument("--window", type=int, default=5)
-    p.add_argument("--negatives", type=int, default=5)
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--min-count", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args(argv)
-    for name in ("dim", "window", "negatives", "epochs", "min_count"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
-    sentences = corpus(args.shards)
-    vectors = train_vectors(sentences, dim=args.dim, window=args.window, negatives=args.negatives,
-                            epochs=args.epochs, min_count=args.min_count, seed=args.seed)
-    write_vectors(vectors, args.out)
-    print(f"[vectors] {len(vectors)} words x {args.dim} from {len(sentences)} training problems -> {args.out}")
-    return 0
+if __name__ == "__main__":  # python -m hlgt.data.vectors: the command hlgt-vectors
+    from hlgt.commands.vectors import run
 
-
-if __name__ == "__main__":
-    raise SystemExit(run_command(main, "python -m hlgt.data.vectors"))
+    run()

@@ -124,17 +124,19 @@ class Encoder(nn.Module):
     def forward(self, batch: Batch, low_precision: bool = False, return_attention: bool = False) -> EncoderOutput:
         """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``);
         ``return_attention``: keep the HLGT layers' attention (``EncoderOutput.attention``)."""
-        return self.after_recurrence(batch, self.recurrence(batch, low_precision), return_attention)
+        return self.after_recurrence(batch, self.recurrence(batch, low_precision=low_precision),
+                                     return_attention=return_attention)
 
-    def recurrence(self, batch: Batch, low_precision: bool = False) -> tuple[Tensor, ...]:
+    def recurrence(self, batch: Batch, packing: Packing | None = None, low_precision: bool = False) -> tuple[Tensor, ...]:
         """The BiGRUs, which run over each batch's own lengths: (h_b [B, T, H], problem [B, H]),
-        and h_seq [B, T, H] for the graph arms."""
+        and h_seq [B, T, H] for the graph arms. ``packing``: the lengths packed beforehand
+        (``Solver.plan``), else here."""
         if not batch.checked:  # a batch from collate was checked there, on the CPU: no host sync here
             batch.check()
         tokens, lengths = batch.tokens, batch.lengths
         emb = self.dropout(self.embedding(tokens))                                # [B, T, E]
         # Solver.plan packs the lengths on the CPU; an unplanned batch is packed here, once for both BiGRUs.
-        packing = batch.packing if batch.packing is not None else Packing.of(lengths, tokens.size(1)).to(tokens.device)
+        packing = packing if packing is not None else Packing.of(lengths, tokens.size(1)).to(tokens.device)
         h_b, h_n = bigru(self.word_gru, emb, lengths, low_precision, packing)    # [B, T, H], [4, B, H]
         if self.kind == "none":
             return h_b, h_n[-2] + h_n[-1]
@@ -142,15 +144,16 @@ class Encoder(nn.Module):
         return h_b, h_n[0] + h_n[1], h_seq
 
     def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...],
-                         return_attention: bool = False) -> EncoderOutput:
+                         graph_layout: GraphLayout | None = None, return_attention: bool = False) -> EncoderOutput:
         """The rest of the encoder over ``recurrence``'s states: shapes that depend only on the
-        batch's padded sizes (``Solver.plan`` with a ``Shape``)."""
+        batch's padded sizes (``Solver.plan`` with a ``Shape``). ``graph_layout``: the HLGT layers'
+        layout made beforehand (``Solver.plan``), else here."""
         h_b, problem = states[:2]
         B, T, _ = h_b.shape
         mask = torch.arange(T, device=h_b.device) < batch.lengths.unsqueeze(1)    # [B, T]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=problem, mask=mask)
-        h_str, attention = self._structure(h_b, batch, return_attention)          # [B, T, H]
+        h_str, attention = self._structure(h_b, batch, graph_layout, return_attention)  # [B, T, H]
         h_f = torch.cat([states[2], h_str], dim=-1)                               # [B, T, 2H] [h_seq : h_str]
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
         return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=problem, mask=mask, attention=attention)
@@ -165,7 +168,8 @@ class Encoder(nn.Module):
     def _node_type(self, batch: Batch) -> Tensor:
         return batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
 
-    def _structure(self, h_b: Tensor, batch: Batch, return_attention: bool = False) -> tuple[Tensor, list | None]:
+    def _structure(self, h_b: Tensor, batch: Batch, graph_layout: GraphLayout | None,
+                   return_attention: bool = False) -> tuple[Tensor, list | None]:
         """h_b [B, T, H] -> (h_str [B, T, H], the HLGT layers' attention when asked, else None):
         graph layers over the nodes, scattered back to tokens."""
         B, T, H = h_b.shape
@@ -178,9 +182,9 @@ class Encoder(nn.Module):
         if self.kind != "hlgt":
             h = self.graph(*graph)                                                # [N, H]
         elif return_attention:
-            h, attention = self.graph(*graph, layout=batch.graph_layout, return_attention=True)
+            h, attention = self.graph(*graph, layout=graph_layout, return_attention=True)
         else:
-            h = self.graph(*graph, layout=batch.graph_layout)                     # [N, H]
+            h = self.graph(*graph, layout=graph_layout)                           # [N, H]
         count = torch.zeros(B * T + 1, 1, dtype=h.dtype, device=h.device).index_add_(
             0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T+1, 1] nodes per token
         summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T+1, H]

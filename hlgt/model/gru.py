@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 from torch.profiler import record_function
 
-from hlgt.data.collate import tensors_to
+from hlgt.tensors import tensors_to
 
 # The profiler's name for the CPU recurrence (forward and backward): on a GPU, cuDNN's fused GRU
 # runs instead, so operator counts meant for the GPU leave these out (hlgt.train.bench --profile).

@@ -29,7 +29,6 @@ import dataclasses
 import json
 import pickle
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,8 @@ from hlgt.data.vocab import Vocab
 from hlgt.model.comparison import Comparison
 from hlgt.model.encoder import Encoder
 from hlgt.model.gru import Packing
-from hlgt.model.tree_decoder import TreeDecoder, TreeSizes, tree_plan
+from hlgt.model.plan import BatchPlan, Planned, Shape
+from hlgt.model.tree_decoder import TreeDecoder, tree_layout
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # Bumped whenever the same weights would compute a different function (format 2: QK-normalised
@@ -69,50 +69,7 @@ def stored_weights_format(saved_config: dict) -> int:
     return saved_config.get("weights_format", 1)
 
 
-@dataclass(frozen=True)
-class Shape:
-    """Fixed sizes for a planned batch (``Solver.plan``): its problems, tokens, quantities and
-    target tokens, its graph's nodes, edges and line edges, the HLGT layers' type groups and the
-    decoder's tree levels. ``Solver.shape_of`` gives a batch's own; ``covering`` the least that
-    holds two."""
-
-    problems: int
-    tokens: int
-    quantities: int
-    targets: int
-    nodes: int
-    edges: int
-    line_edges: int
-    groups: tuple[int, ...]  # touched nodes per type group (empty for arms without HLGT layers)
-    tree: TreeSizes
-
-    def covering(self, other: Shape) -> Shape:
-        if self.problems != other.problems or len(self.groups) != len(other.groups):
-            raise ValueError("shapes of different batch sizes or node typings cannot be covered by one")
-        sizes = {f.name: max(getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
-                 if f.name not in ("groups", "tree")}
-        return Shape(**sizes, groups=tuple(map(max, self.groups, other.groups)), tree=self.tree.covering(other.tree))
-
-    def rounded(self) -> Shape:
-        """Room for somewhat larger batches: each count grown by a quarter, up to a multiple of 8
-        (graph sizes of 64), so that fewer batches of another shuffle outgrow a shape seen once."""
-        def up(n: int, k: int = 8) -> int:
-            return -(-(n + n // 4) // k) * k
-        tree = TreeSizes(tuple((up(a), up(b)) for a, b in self.tree.goals), tuple(map(up, self.tree.ops)),
-                         tuple((up(a), up(b)) for a, b in self.tree.subs))
-        return dataclasses.replace(self, tokens=up(self.tokens), quantities=up(self.quantities),
-                                   targets=up(self.targets), nodes=up(self.nodes, 64), edges=up(self.edges, 64),
-                                   line_edges=up(self.line_edges, 64), groups=tuple(map(up, self.groups)), tree=tree)
-
-    def fits(self, to: Shape) -> bool:
-        """Whether a batch of this shape can be padded to ``to``."""
-        try:
-            return self.covering(to) == to
-        except ValueError:
-            return False
-
-
-@dataclass
+@dataclasses.dataclass
 class Inspection:
     """What ``Solver.inspect`` saw of a batch."""
 
@@ -135,17 +92,18 @@ class Solver(nn.Module):
         # edge type leaves out: data parallelism must then look for unused ones.
         self.uses_every_parameter = cfg.encoder != "hgt"
 
-    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        return self.after_recurrence(batch, self.encoder.recurrence(batch))
+    def forward(self, batch: Batch | Planned) -> dict[str, torch.Tensor]:
+        """The training losses of a batch, planned (``plan``) or not (planned here)."""
+        planned = batch if isinstance(batch, Planned) else self.plan(batch)
+        return self.after_recurrence(planned, self.encoder.recurrence(planned.batch, planned.plan.packing))
 
-    def after_recurrence(self, batch: Batch, states: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    def after_recurrence(self, planned: Planned, states: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         """``forward`` from the encoder's BiGRU states (``Encoder.recurrence``) on: the part of a
         training step whose shapes a padded batch fixes (``plan`` with a ``Shape``)."""
-        if batch.tree_plan is None:  # plan() checked them where the batch was made
-            self._check_targets(batch)
-        enc = self.encoder.after_recurrence(batch, states)
+        batch, plan = planned.batch, planned.plan
+        enc = self.encoder.after_recurrence(batch, states, plan.graph)
         out = self.decoder(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
-                           batch.target, batch.target_mask, plan=batch.tree_plan)
+                           batch.target, batch.target_mask, trees=plan.trees)
         tree = self.decoder.loss(out)
         if self.comparison is None:
             com = tree.new_zeros(())
@@ -161,55 +119,46 @@ class Solver(nn.Module):
         if self.cfg.encoder == "hlgt":
             compile_methods(self.encoder.graph, ("forward",))
 
-    def plan(self, batch: Batch, shape: Shape | None = None) -> Batch:
-        """The batch with its gold trees laid out for the decoder (``tree_plan``), its graph for the
-        HLGT layers (``GraphLayout``) and its lengths packed for the BiGRUs (``Packing``), made here,
-        where the batch is, before it moves to a GPU: the layouts and the targets' checks read
-        values back, which on a GPU would make every training step wait.
+    def plan(self, batch: Batch | Planned, shape: Shape | None = None) -> Planned:
+        """The batch and the model's plan of it (``hlgt.model.plan``), made here, where the batch is,
+        before it moves to a GPU: the layouts and the targets' checks read values back, which on a
+        GPU would make every training step wait.
 
-        ``shape`` (at least the batch's own, ``shape_of``): the batch, its graph and its plan
-        padded to it, so that a training step after the BiGRUs runs the same operators on the same
-        shapes for every batch padded alike (what a step captured as a CUDA graph needs), with
-        the same losses and gradients as the unpadded batch."""
-        self._check_targets(batch)
-        batch.tree_plan = tree_plan(batch.target, batch.target_mask, self.decoder.n_ops)
-        batch.shape = None
-        if shape is not None:
-            return self.padded(batch, shape)  # which lays out the padded graph and lengths
-        batch.graph_layout = self.encoder.graph_layout(batch)
-        batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
-        return batch
+        ``shape`` (at least the batch's own, ``shape_of``): the batch and its plan padded to it, so
+        that a training step after the BiGRUs runs the same operators on the same shapes for every
+        batch padded alike (what a step captured as a CUDA graph needs), with the same losses and
+        gradients as the unpadded batch. A batch planned already (without a shape) is padded, its
+        tree layout padded rather than made again."""
+        if isinstance(batch, Planned):
+            batch, trees = batch.batch, batch.plan.trees
+        else:
+            self._check_targets(batch)
+            trees = tree_layout(batch.target, batch.target_mask, self.decoder.n_ops)
+        if shape is None:
+            return Planned(batch, BatchPlan(trees, self.encoder.graph_layout(batch),
+                                            Packing.of(batch.lengths, batch.tokens.size(1))))
+        if len(batch) != shape.problems:
+            raise ValueError(f"a batch of {len(batch)} problems cannot be padded to {shape.problems}")
+        padded = batch.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,
+                              shape.line_edges)
+        trees = trees.padded(shape.tree, self.decoder.n_ops, (batch.target.size(1), shape.targets))
+        return Planned(padded, BatchPlan(trees, self.encoder.graph_layout(padded, shape.groups),
+                                         Packing.of(padded.lengths, padded.tokens.size(1)), shape))
 
-    def padded(self, planned: Batch, shape: Shape) -> Batch:
-        """A batch planned without a shape (``plan``; only its tree plan is read), padded to one: its
-        tree plan is padded, not made again (``plan(batch, shape)``)."""
-        if len(planned) != shape.problems:
-            raise ValueError(f"a batch of {len(planned)} problems cannot be padded to {shape.problems}")
-        batch = planned.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,
-                               shape.line_edges)
-        batch.tree_plan = planned.tree_plan.padded(shape.tree, self.decoder.n_ops,
-                                                   (planned.target.size(1), shape.targets))
-        batch.shape = shape
-        batch.graph_layout = self.encoder.graph_layout(batch, shape.groups)
-        batch.packing = Packing.of(batch.lengths, batch.tokens.size(1))
-        return batch
-
-    def shape_of(self, batch: Batch) -> Shape:
+    def shape_of(self, planned: Planned) -> Shape:
         """The ``Shape`` of a batch planned without one, with a padding node, edge and line edge
         (their room in its graph layout too): a shape of it, or covering it, leaves room for the
         padding that ``plan`` adds."""
-        if batch.tree_plan is None:
-            raise ValueError("shape_of needs a planned batch (Solver.plan)")
-        layout = batch.graph_layout
+        batch, layout = planned.batch, planned.plan.graph
         groups = layout.group_counts() if layout is not None else ()
         return Shape(problems=len(batch), tokens=batch.tokens.size(1), quantities=batch.num_pos.size(1),
                      targets=batch.target.size(1), nodes=batch.node_batch.numel() + 1,
                      edges=batch.edge_type.numel() + 1, line_edges=batch.line_index.size(1) + 1,
                      groups=(groups[0] + 1, *groups[1:]) if groups else (),  # the padding node is of type 0
-                     tree=batch.tree_plan.sizes())
+                     tree=planned.plan.trees.sizes())
 
     def parts(self) -> dict[str, list[nn.Parameter]]:
-        """The model's parameters by part (``hlgt.config.MODEL_PARTS``), for per-part gradient norms;
+        """The model's parameters by part (``hlgt.metrics.MODEL_PARTS``), for per-part gradient norms;
         a part the model lacks (the GTS arm's graph layers) is absent."""
         modules = {"embedding": self.encoder.embedding, "word_gru": self.encoder.word_gru,
                    "seq_gru": getattr(self.encoder, "seq_gru", None), "graph": getattr(self.encoder, "graph", None),
@@ -218,7 +167,7 @@ class Solver(nn.Module):
         return {name: list(m.parameters()) for name, m in modules.items() if m is not None}
 
     def _check_targets(self, batch: Batch) -> None:
-        """Every problem needs a gold prefix whose slots exist in it (structure: ``tree_plan``)."""
+        """Every problem needs a gold prefix whose slots exist in it (structure: ``tree_layout``)."""
         empty = ~batch.target_mask.any(1)
         if bool(empty.any()):
             ids = [batch.ids[i] for i in empty.nonzero().squeeze(1).tolist()]

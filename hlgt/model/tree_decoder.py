@@ -17,7 +17,7 @@ What differs from GTS is only how the work is batched:
   in TreeAttn, the candidate embeddings in Score) are split, and the fixed part is projected once
   per problem instead of once per node: identical math, since ``W[a; b] = W_a a + W_b b``.
 * Teacher forcing: the gold prefix fixes the tree, so parent, side and depth of every target
-  position are computed up front from the [B, S] target with tensor ops (``tree_plan``; the
+  position are computed up front from the [B, S] target with tensor ops (``tree_layout``; the
   training loop makes it on the CPU before the batch moves, ``Solver.plan``, as it reads
   sizes back).
   Subtree embeddings (Merge) depend only on gold tokens and the memory, never on goals, so they
@@ -109,8 +109,8 @@ class TreeOutput:
 
 
 @dataclass
-class TreePlan:
-    """The gold trees of a batch, arranged for level-by-level processing (see ``tree_plan``).
+class TreeLayout:
+    """The gold trees of a batch, arranged for level-by-level processing (see ``tree_layout``).
 
     Goal order: every node, sorted by (depth, right child?, flat id). Sub order: the nodes whose
     subtree embedding is ever used, sorted by (depth, operator?, flat id). ``*_starts`` are the
@@ -144,14 +144,14 @@ class TreePlan:
                      zip(self.sub_starts, self.sub_starts[1:], self.sub_n_leaf))
         return TreeSizes(goals, ops, subs)
 
-    def padded(self, to: TreeSizes, n_ops: int, widths: tuple[int, int]) -> TreePlan:
-        """This plan with every part of every level grown to ``to``'s rows (each at least this
-        plan's, ``TreeSizes.covering``), so that the decoder's loop runs the same operators on the
-        same shapes for every plan padded alike, for the batch's targets padded from ``widths[0]``
+    def padded(self, to: TreeSizes, n_ops: int, widths: tuple[int, int]) -> TreeLayout:
+        """This layout with every part of every level grown to ``to``'s rows (each at least this
+        layout's, ``TreeSizes.covering``), so that the decoder's loop runs the same operators on the
+        same shapes for every layout padded alike, for the batch's targets padded from ``widths[0]``
         to ``widths[1]`` tokens (``goal_node`` counts b*S+t). A padding row computes from row 0 of
         what it reads (or the first candidate, for a leaf) and its gold is -100, the loss's ignore
         index: no real row reads it and the loss leaves it out, so the real rows' logits and the
-        loss are the unpadded plan's."""
+        loss are the unpadded layout's."""
         have = self.sizes()
         if not have.fits(to):
             raise ValueError(f"tree sizes {have} do not fit {to}")
@@ -163,7 +163,7 @@ class TreePlan:
         def starts(parts) -> list[int]:
             return list(accumulate((a + b for a, b in parts), initial=0))
 
-        return TreePlan(
+        return TreeLayout(
             n_levels=len(to.goals),
             goal_starts=starts(to.goals),
             goal_n_left=[a for a, _ in to.goals],
@@ -232,7 +232,7 @@ IGNORE = -100  # F.cross_entropy's ignore_index: the gold of a padding row
 
 @dataclass(frozen=True)
 class TreeSizes:
-    """Rows per level of a ``TreePlan``: goals (left children and the root, right children), the
+    """Rows per level of a ``TreeLayout``: goals (left children and the root, right children), the
     operators among them, and the subtree embeddings (leaves, operators)."""
 
     goals: tuple[tuple[int, int], ...]
@@ -252,7 +252,7 @@ class TreeSizes:
         return self.covering(to) == to
 
 
-def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreePlan:
+def tree_layout(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> TreeLayout:
     """Parent, side, depth and children of every gold prefix token, without a per-problem loop.
 
     With ``open[t]`` the number of open slots before token t (1 at the root, +1 per operator, -1 per
@@ -288,7 +288,7 @@ def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> Tr
     goal_parent = (batch_of * S + parent.view(-1).clamp(min=0))[goal_node]
     right_flat = (flat // S * S + right_child).view(-1)
     left_flat = (flat.view(-1) + 1).clamp(max=BS - 1)
-    return TreePlan(
+    return TreeLayout(
         n_levels=n_levels,
         goal_starts=goal_starts,
         goal_n_left=goal_n_left,
@@ -310,7 +310,7 @@ def tree_plan(target: torch.Tensor, target_mask: torch.Tensor, n_ops: int) -> Tr
 
 
 def _open_slots(real: torch.Tensor, is_op: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Open slots before and after every token [B, S] each (``tree_plan``). Raises ``ValueError``
+    """Open slots before and after every token [B, S] each (``tree_layout``). Raises ``ValueError``
     naming the rows whose real tokens are not one contiguous, complete prefix tree."""
     S = real.size(1)
     lengths = real.sum(1)  # [B]
@@ -328,7 +328,7 @@ def _open_slots(real: torch.Tensor, is_op: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _tree_structure(real, is_op, open_before, open_after) -> tuple[torch.Tensor, ...]:
-    """Per token [B, S] (``tree_plan``'s rules): its parent's position (-1 at the root), whether it is
+    """Per token [B, S] (``tree_layout``'s rules): its parent's position (-1 at the root), whether it is
     a right child, its depth, whether its subtree embedding is used (off the root's right spine),
     and, for an operator, its right child's position."""
     S = real.size(1)
@@ -565,18 +565,18 @@ class TreeDecoder(nn.Module):
 
     # ---- teacher forcing ------------------------------------------------------------------------
     def forward(self, memory, mask, problem, num_pos, num_mask, target, target_mask,
-                plan: TreePlan | None = None) -> TreeOutput:
+                trees: TreeLayout | None = None) -> TreeOutput:
         """Teacher-forced logits of every gold token.
 
         memory [B, T, H] token vectors; mask [B, T] True on real tokens; problem [B, H] root goal
-        input; num_pos / num_mask [B, Q]; target / target_mask [B, S] gold prefix ids; ``plan``:
-        their ``tree_plan``, made beforehand on the CPU (it reads sizes back: host syncs on a GPU),
+        input; num_pos / num_mask [B, Q]; target / target_mask [B, S] gold prefix ids; ``trees``:
+        their ``tree_layout``, made beforehand on the CPU (it reads sizes back: host syncs on a GPU),
         else made here.
         """
-        plan = plan if plan is not None else tree_plan(target, target_mask, self.n_ops)
+        trees = trees if trees is not None else tree_layout(target, target_mask, self.n_ops)
         src = self.sources(memory, mask, num_pos, num_mask)
-        subs, merged = self._subtrees(plan, src)
-        logits, expanded = self._level_logits(plan, src, problem, subs)
+        subs, merged = self._subtrees(trees, src)
+        logits, expanded = self._level_logits(trees, src, problem, subs)
         idle = ([self.merge] if not merged else []) + ([self.generate, self.op_embedding, self.goal_right]
                                                        if not expanded else [])
         if idle and torch.is_grad_enabled():
@@ -587,55 +587,55 @@ class TreeDecoder(nn.Module):
         S = target.size(1)
         return TreeOutput(
             logits=logits,
-            gold=plan.goal_gold,
-            batch_index=plan.goal_batch,
-            position=plan.goal_node % S,
+            gold=trees.goal_gold,
+            batch_index=trees.goal_batch,
+            position=trees.goal_node % S,
         )
 
-    def _subtrees(self, plan: TreePlan, src: Sources) -> tuple[list[torch.Tensor], bool]:
+    def _subtrees(self, trees: TreeLayout, src: Sources) -> tuple[list[torch.Tensor], bool]:
         """Subtree embeddings of every level in sub order, deepest level first: leaves are candidate
         embeddings, operators merge their children from the level below. -> (per level [M_d, H],
         whether any Merge ran)"""
         B, O, H = src.cands.shape
         leaf_table = src.cands.reshape(B * O, H)
-        subs: list[torch.Tensor] = [src.memory.new_zeros(0, H)] * (plan.n_levels + 1)
+        subs: list[torch.Tensor] = [src.memory.new_zeros(0, H)] * (trees.n_levels + 1)
         merged = False
-        for d in reversed(range(plan.n_levels)):
-            lo, hi, mid = plan.sub_starts[d], plan.sub_starts[d + 1], plan.sub_starts[d] + plan.sub_n_leaf[d]
-            parts = [leaf_table[plan.sub_batch[lo:mid] * O + plan.sub_ids[lo:mid] - self.n_ops]]
+        for d in reversed(range(trees.n_levels)):
+            lo, hi, mid = trees.sub_starts[d], trees.sub_starts[d + 1], trees.sub_starts[d] + trees.sub_n_leaf[d]
+            parts = [leaf_table[trees.sub_batch[lo:mid] * O + trees.sub_ids[lo:mid] - self.n_ops]]
             if hi > mid:
                 below = subs[d + 1]
-                left, right = below[plan.sub_left_row[mid:hi]], below[plan.sub_right_row[mid:hi]]
-                parts.append(self.merge_tree(plan.sub_ids[mid:hi], left, right))
+                left, right = below[trees.sub_left_row[mid:hi]], below[trees.sub_right_row[mid:hi]]
+                parts.append(self.merge_tree(trees.sub_ids[mid:hi], left, right))
                 merged = True
             subs[d] = torch.cat(parts)
         return subs, merged
 
-    def _level_logits(self, plan: TreePlan, src: Sources, problem, subs: list[torch.Tensor]) -> tuple[torch.Tensor, bool]:
+    def _level_logits(self, trees: TreeLayout, src: Sources, problem, subs: list[torch.Tensor]) -> tuple[torch.Tensor, bool]:
         """Goals, root level first: a level's node vectors come from its parents' GenerateNode.
         -> (logits of every node in goal order [N, V], whether any GenerateNode ran)"""
         H = src.memory.size(-1)
         logits = []
         left_nodes = right_nodes = src.memory.new_zeros(0, H)
         expanded = False
-        for d in range(plan.n_levels):
-            lo, hi, mid = plan.goal_starts[d], plan.goal_starts[d + 1], plan.goal_starts[d] + plan.goal_n_left[d]
-            batch = plan.goal_batch[lo:hi]
+        for d in range(trees.n_levels):
+            lo, hi, mid = trees.goal_starts[d], trees.goal_starts[d + 1], trees.goal_starts[d] + trees.goal_n_left[d]
+            batch = trees.goal_batch[lo:hi]
             if d == 0:
                 goal = self.left_goal(problem[batch])
             else:
-                parent = plan.goal_parent_row[lo:hi]
+                parent = trees.goal_parent_row[lo:hi]
                 goal = torch.cat(
                     [
                         self.left_goal(left_nodes[parent[: mid - lo]]),
-                        self.right_goal(subs[d][plan.goal_sib_row[mid:hi]], right_nodes[parent[mid - lo :]]),
+                        self.right_goal(subs[d][trees.goal_sib_row[mid:hi]], right_nodes[parent[mid - lo :]]),
                     ]
                 )
             level_logits, context = self.predict(goal, batch, src)
             logits.append(level_logits)
-            ops = plan.goal_op_rows[plan.goal_op_starts[d] : plan.goal_op_starts[d + 1]]
+            ops = trees.goal_op_rows[trees.goal_op_starts[d] : trees.goal_op_starts[d + 1]]
             if ops.numel():
-                op_ids = plan.goal_op_ids[plan.goal_op_starts[d] : plan.goal_op_starts[d + 1]]
+                op_ids = trees.goal_op_ids[trees.goal_op_starts[d] : trees.goal_op_starts[d + 1]]
                 left_nodes, right_nodes = self.child_nodes(goal[ops], context[ops], op_ids)
                 expanded = True  # an operator: GenerateNode ran, and its right child will need goal_right
         return torch.cat(logits), expanded
@@ -643,7 +643,7 @@ class TreeDecoder(nn.Module):
     @staticmethod
     def loss(out: TreeOutput) -> torch.Tensor:
         """GTS's masked_cross_entropy: summed token NLL / number of target tokens in the batch
-        (a padded plan's padding rows have the gold ``IGNORE``: left out of both)."""
+        (a padded layout's padding rows have the gold ``IGNORE``: left out of both)."""
         return F.cross_entropy(out.logits, out.gold, reduction="mean", ignore_index=IGNORE)
 
     # ---- beam search ----------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Each arm is its own Tune experiment (``<storage>/<name>/<arm>``) so that the scheduler (ASHA by
 default) compares configurations within an arm, never prunes one arm against another. A sweep
 without validation (a table: one configuration per arm, fifo) compares nothing, and runs every
-arm's trials in one experiment (``<storage>/<name>/arms``), arm after arm, so that the next arm's
-trials fill the CPUs that the last replicates of an arm leave idle. An interrupted sweep resumes
+arm's trials in one experiment (``<storage>/<name>/arms``), replicate after replicate, so that no
+CPU idles between arms while an arm's last replicates finish. An interrupted sweep resumes
 when re-run with the same name and storage: finished trials are kept, unfinished ones continue
 from their last checkpoint. ``run`` is the whole sweep: the experiments, then
 ``hlgt.sweep.results``.
@@ -15,8 +15,9 @@ import os
 import time
 from pathlib import Path
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
+from hlgt.ray_session import start_ray
 from hlgt.sweep import results
 from hlgt.sweep.plan import Plan
 from hlgt.sweep.space import describe
@@ -64,10 +65,10 @@ def scheduler(kind: str, epochs: int):
     if kind == "asha":
         # max_t one past the last epoch: ASHA stops a trial that reaches max_t, and the last epoch
         # must not be cut short (the trial still has its final report to make).
-        return ASHAScheduler(time_attr=C.EPOCH, max_t=max(epochs, 1) + 1, grace_period=max(1, epochs // 4),
+        return ASHAScheduler(time_attr=M.EPOCH, max_t=max(epochs, 1) + 1, grace_period=max(1, epochs // 4),
                              reduction_factor=3)
     if kind == "median":
-        return MedianStoppingRule(time_attr=C.EPOCH, grace_period=max(1, epochs // 4))
+        return MedianStoppingRule(time_attr=M.EPOCH, grace_period=max(1, epochs // 4))
     if kind == "fifo":
         return FIFOScheduler()
     raise ValueError(f"unknown scheduler {kind!r}; choose asha, median or fifo")
@@ -113,36 +114,28 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
     longest problems; with ``train.cuda_graphs``, also one per shape learned from a shuffle of
     ``rows``, each captured, since every captured graph keeps its own memory. -> how many shapes
     it ran a step of."""
-    from hlgt.data.collate import collate, encode, iter_batches
+    from hlgt.data.collate import collate, encode
     from hlgt.model.solver import Solver
     from hlgt.train.cuda_graphs import GraphedSteps
-    from hlgt.train.loop import make_optimizer
+    from hlgt.train.loop import epoch_batches, make_optimizer, train_step
 
     solver = Solver(cfg.model, vocab).to(device)
     opt, _ = make_optimizer(cfg, solver)
-
-    def step(batch, forward) -> None:
-        out = forward(batch.to(device))
-        opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        opt.step()
-
     longest = sorted(rows, key=lambda r: -len(r["tokens"]))[: cfg.train.batch_size]
-    step(solver.plan(collate(longest, vocab, variant=cfg.data.graph)), solver)
+    train_step(solver, opt, solver.plan(collate(longest, vocab, variant=cfg.data.graph)).to(device))
     if not cfg.train.cuda_graphs:
         return 0
     steps = GraphedSteps(solver)
-    batches = list(iter_batches(encode(rows, vocab), vocab, cfg.train.batch_size, shuffle=True,
-                                seed=cfg.train.seed, variant=cfg.data.graph))
+    batches = list(epoch_batches(encode(rows, vocab), vocab, cfg, epoch=1))
     steps.learn(batches)
     captured = set()
     for batch in batches:  # every shape learned fits some full batch of these
         if len(captured) == len(steps.buckets):
             break
         planned = steps.plan(batch)
-        if planned.shape is not None and planned.shape not in captured:
-            captured.add(planned.shape)
-            step(planned, steps.forward)
+        if planned.plan.shape is not None and planned.plan.shape not in captured:
+            captured.add(planned.plan.shape)
+            train_step(steps.forward, opt, planned.to(device))
     return len(captured)
 
 
@@ -203,11 +196,11 @@ def epoch_lines(validated: bool):
 
     class EpochLines(Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            if C.EPOCH not in result or C.TRAIN_LOSS not in result:  # the final report repeats the last epoch
+            if M.EPOCH not in result or M.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
-            val = f" | val value {100 * result[C.VAL_VALUE_ACC]:.1f}%" if validated and C.VAL_VALUE_ACC in result else ""
-            print(f"[sweep] {trial} epoch {result[C.EPOCH]} | loss {result.get(C.TRAIN_LOSS, float('nan')):.4f}{val} | "
-                  f"{result.get(C.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
+            val = f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%" if validated and M.VAL_VALUE_ACC in result else ""
+            print(f"[sweep] {trial} epoch {result[M.EPOCH]} | loss {result.get(M.TRAIN_LOSS, float('nan')):.4f}{val} | "
+                  f"{result.get(M.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             print(f"[sweep] {trial} finished", flush=True)
@@ -238,12 +231,14 @@ def run_experiment(plan: Plan, name: str, arms: list[str]):
     else:
         tuner = ray.tune.Tuner(
             trainable,
-            # Tune's trials vary the last key fastest: every replicate of an arm before the next arm.
+            # Tune's grid varies its keys in sorted order, the first fastest: each replicate's trials of
+            # every arm before the next replicate's, so that a table stopped early pairs the arms on
+            # the same folds.
             param_space={"arm": ray.tune.grid_search(arms),
                          "sample": ray.tune.grid_search(plan.arm_samples(arms[0])),
                          "replicate": ray.tune.grid_search(list(range(len(plan.replicates))))},
             # Without validation there is no metric to rank by: every trial runs to its last epoch (fifo).
-            tune_config=ray.tune.TuneConfig(metric=C.VAL_VALUE_ACC if plan.validated else None,
+            tune_config=ray.tune.TuneConfig(metric=M.VAL_VALUE_ACC if plan.validated else None,
                                             mode="max" if plan.validated else None,
                                             scheduler=scheduler(plan.scheduler, plan.centre.train.epochs),
                                             max_concurrent_trials=concurrency(plan), trial_name_creator=trial_name,
@@ -290,9 +285,7 @@ def announce(plan: Plan) -> None:
 def run(plan: Plan, address: str | None = None) -> list[dict]:
     """The whole sweep: every arm's experiment, then selection, test evaluation, table, chart and
     W&B summary; returns the table's rows."""
-    from hlgt.train.launch import init_ray
-
-    init_ray(address, workers_to_console=plan.verbose)
+    start_ray(address, console=plan.verbose)
     resolve_gpus(plan)
     if not plan.verbose:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlgt.config import ABLATIONS, Config, delete_folder, filesystem, is_uri
+from hlgt.config import ABLATIONS, Config, filesystem, is_uri
+from hlgt.files import check_owned, claim, remove_owned
 from hlgt.sweep.space import describe
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
@@ -179,20 +179,32 @@ def check_same_sweep(plan: Plan) -> None:
 
 
 def save_settings(plan: Plan) -> None:
-    """Write ``settings`` into the sweep's root, for ``check_same_sweep`` when it is re-run."""
+    """Write ``settings`` into the sweep's root, for ``check_same_sweep`` when it is re-run; a new
+    root (and the local folder of a root on S3) gets the marker of a sweep folder."""
+    claim(plan.root, "sweep")
+    if is_uri(plan.root):
+        claim(str(plan.local_dir), "sweep")
     fs, root = filesystem(plan.root)
-    fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:
         f.write(json.dumps(settings(plan), indent=1).encode("utf-8"))
 
 
+def check_removable(plan: Plan) -> None:
+    """Before anything else of ``--fresh``: ``ValueError`` unless the sweep's folders are sweep
+    folders the project made (or missing)."""
+    check_owned(plan.root, "sweep", "--fresh")
+    if is_uri(plan.root):
+        check_owned(str(plan.local_dir), "sweep", "--fresh")
+
+
 def remove_earlier(plan: Plan) -> None:
     """``--fresh``: remove what an earlier sweep of this name left (Tune state, checkpoints, W&B
-    runs, results), so that every trial trains anew."""
-    if delete_folder(plan.root):
+    runs, results), so that every trial trains anew; only from folders the project made."""
+    check_removable(plan)
+    if remove_owned(plan.root, "sweep", "--fresh"):
         print(f"[sweep] --fresh: removed {plan.root}", flush=True)
-    if is_uri(plan.root) and plan.local_dir.is_dir():
-        shutil.rmtree(plan.local_dir)
+    if is_uri(plan.root):
+        remove_owned(str(plan.local_dir), "sweep", "--fresh")
 
 
 def build_shards(plan: Plan, address: str | None = None, prebuilt: str | None = None) -> dict[int, str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config, is_uri
 from hlgt.sweep import tables
 from hlgt.sweep.plan import Plan
@@ -49,7 +50,7 @@ def best_validation(fs, checkpoint: str | None) -> float:
     starts at the resume. NaN without a checkpoint or a validated epoch."""
     try:
         with fs.open_input_stream(f"{checkpoint}/best/run_config.json") as f:
-            best = float(json.loads(f.read())[C.VAL_VALUE_ACC])
+            best = float(json.loads(f.read())[M.VAL_VALUE_ACC])
     except (TypeError, FileNotFoundError, KeyError):
         return float("nan")
     return best if best >= 0 else float("nan")  # -1: no epoch validated yet

@@ -49,10 +49,31 @@ def _check_dimension(key: str, dim: Any) -> None:
     if isinstance(dim, list):
         if not dim:
             raise ValueError(f"search space {key!r} has no values")
+        if not all(isinstance(v, (str, int, float)) for v in dim):
+            raise ValueError(f"search space {key!r} values must be numbers, strings or booleans, got {dim!r}")
     elif not (isinstance(dim, dict) and len(dim) == 1 and next(iter(dim)) in ("uniform", "loguniform")
               and isinstance(bounds := next(iter(dim.values())), list) and len(bounds) == 2
               and all(_is_number(b) for b in bounds)):
         raise ValueError(f"search space {key!r} must be a list of values or {{uniform|loguniform: [lo, hi]}}, got {dim!r}")
+    elif "loguniform" in dim and min(float(b) for b in dim["loguniform"]) <= 0:
+        raise ValueError(f"search space {key!r}: loguniform bounds must be > 0 (it draws their logarithm), "
+                         f"got {dim['loguniform']!r}")
+
+
+def check_space(space: dict[str, Any]) -> dict[str, Any]:
+    """``space`` when every dimension is a config key with a list of values or a continuous
+    range, else ``ValueError`` naming the key."""
+    for key, dim in space.items():
+        _check_dimension(key, dim)
+    return space
+
+
+def space_size(space: dict[str, Any]) -> float:
+    """How many configurations the space holds (its grid's size, computed, not enumerated);
+    ``math.inf`` with a continuous dimension."""
+    if not all(isinstance(d, list) for d in space.values()):
+        return math.inf
+    return math.prod(len(d) for d in space.values())
 
 
 def _draw(dim: Any, rng: random.Random) -> Any:
@@ -77,8 +98,7 @@ def _centre(dim: Any, value: Any) -> Any:
 def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: int = 0, grid: bool = False) -> list[dict]:
     """The configurations to try: the whole product (``grid``), else the centre then random draws
     (distinct while the space allows)."""
-    for key, dim in space.items():
-        _check_dimension(key, dim)
+    check_space(space)
     if not space:
         return [{}]
     if grid:
@@ -87,11 +107,12 @@ def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: 
         return [dict(zip(space, combo)) for combo in itertools.product(*space.values())]
     rng = random.Random(seed)
     configs = [{k: _centre(d, centre[k]) for k, d in space.items()}]
-    finite = all(isinstance(d, list) for d in space.values())
-    size = math.prod(len(d) for d in space.values()) if finite else math.inf
+    size = space_size(space)
+    seen = {tuple(configs[0].values())}  # a finite space's draws are kept distinct
     while len(configs) < min(n, size):
         draw = {k: _draw(d, rng) for k, d in space.items()}
-        if draw not in configs or not finite:
+        if size == math.inf or tuple(draw.values()) not in seen:
+            seen.add(tuple(draw.values()))
             configs.append(draw)
     return configs[:n]
 

@@ -8,8 +8,9 @@ with Ray installed and ``--workers >= 1`` through the TorchTrainer of ``hlgt.tra
 process. Either way the run folder is ``<storage>/<name>`` (``--storage`` sets ``train.out_dir``),
 one command at a time trains it, and it ends with ``best/`` (the model: ``python -m hlgt.solve
 --model <run>/best "..."``), ``results.json``, the predictions files and the Table-4 tables.
-Re-running the same command (same ``--name``) continues an interrupted run; a run of other
-settings under that name is refused (``--fresh`` starts it over).
+Re-running the same command (same ``--name``, a folder name) continues an interrupted run; a run
+of other settings under that name is refused (``--fresh`` starts it over, removing the run folder
+only when the project made it: ``hlgt.files``).
 """
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, delete_folder, is_uri, parse_overrides
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, is_uri, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
+from hlgt.files import check_name, check_owned, claim, remove_owned
+from hlgt.ray_session import start_ray
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", default=None,
                    help="where the run folder <storage>/<name> goes, with Ray or without: sets train.out_dir "
                         "(default $HLGT_STORAGE/runs, else runs)")
-    p.add_argument("--fresh", action="store_true", help="start the run over: remove what an earlier run of this name left")
+    p.add_argument("--fresh", action="store_true",
+                   help="start the run over: remove the run folder an earlier run of this name made")
     p.add_argument("--no-wandb", action="store_true", help="no W&B run")
     p.add_argument("--gpu", action="store_true", help="train on GPU (train.use_gpu=true)")
     return p
@@ -89,7 +93,7 @@ def sole_trainer(run_dir: str) -> contextlib.AbstractContextManager:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = make_config(args)
-    name = args.name or run_name(cfg, args.ablation)
+    name = check_name(args.name) if args.name is not None else run_name(cfg, args.ablation)
 
     from hlgt.data.build import ensure_shards
     from hlgt.data.shards import use_shards
@@ -103,14 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"in process the run folder is on this machine, not {run_dir}: give --storage DIR, "
                          "or train with Ray")
     with sole_trainer(run_dir):
+        if args.fresh:
+            check_owned(run_dir, "run", "--fresh")  # before the shards: a refusal is immediate
         shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg, address=args.address)
         print(f"[train] {name}: {cfg.data.dataset} shards {shards}; "
               f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
-        if args.fresh and delete_folder(run_dir):
+        if args.fresh and remove_owned(run_dir, "run", "--fresh"):
             print(f"[train] --fresh: removed {run_dir}", flush=True)
         check_resumable(cfg, run_dir, use_ray)
+        claim(run_dir, "run")
         if use_ray:
-            launch.init_ray(args.address)
+            start_ray(args.address)
             result = launch.fit(cfg, shards, name=name, storage=cfg.train.out_dir, cpus_per_worker=args.cpus_per_worker)
             metrics = result.metrics
         else:

@@ -1,9 +1,8 @@
 """Paired comparison of two models on the same problems: each one's accuracy, the problems only
-one of them solves, and the exact McNemar test, per pair of runs (one per fold, say) and pooled.
+one of them solves, and the exact McNemar test, per pair of runs (one per fold, say) and pooled
+(the command ``hlgt-compare``, ``hlgt.commands.compare``).
 
-    python -m hlgt.train.compare --a runs/f0-full runs/f1-full --b runs/f0-gts runs/f1-gts [--split test]
-
-``--a`` and ``--b`` take run folders (their ``predictions_<split>.jsonl``), model folders
+``compare`` takes run folders (their ``predictions_<split>.jsonl``), model folders
 (``<run>/best``: the run's file) or predictions files (``hlgt.train.evaluate --out``), paired by
 position. Each pair must hold the same problems: predictions are matched by problem id, and a
 problem in one file only is an error, not a silent drop. Two models trained with the same seed
@@ -12,8 +11,6 @@ comparison, which is why the test counts them (McNemar) instead of comparing two
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from math import comb
 from pathlib import Path
@@ -113,19 +110,7 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hlgt.train.compare", allow_abbrev=False,
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--a", nargs="+", required=True, metavar="RUN", help="runs, model folders or predictions files")
-    p.add_argument("--b", nargs="+", required=True, metavar="RUN", help="as many, paired with --a by position")
-    p.add_argument("--split", default="test", choices=["valid", "test"])
-    p.add_argument("--metric", default="value", choices=list(METRICS))
-    args = p.parse_args(argv)
-    print(markdown(compare(args.a, args.b, split=args.split, metric=args.metric), args.metric), end="")
-    return 0
+if __name__ == "__main__":  # python -m hlgt.train.compare: the command hlgt-compare
+    from hlgt.commands.compare import run
 
-
-if __name__ == "__main__":
-    from hlgt.cli import run_command
-
-    sys.exit(run_command(main, "python -m hlgt.train.compare"))
+    run()

@@ -2,7 +2,7 @@
 
 On a GPU a training step is thousands of small operators, each launched by the host one after
 another: the host, not the GPU, sets the pace (``bench --replay`` measures how much). Batches
-padded to one ``Shape`` (``Solver.plan(batch, shape)``) run the same operators on the same shapes
+padded to one ``Shape`` (``Solver.plan(batch, shape)``, ``hlgt.model.plan``) run the same operators on the same shapes
 after the encoder's BiGRUs, so that part, forward and backward, is captured once
 (``torch.cuda.make_graphed_callables``) and replayed for every batch of the shape. The embedding
 and the BiGRUs, which run over each batch's own lengths, stay eager (cuDNN: a few launches each),
@@ -26,8 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from hlgt.data.collate import Batch, tensors_of, with_tensors
-from hlgt.model.solver import Shape, Solver
+from hlgt.data.collate import Batch
+from hlgt.model.plan import Planned, Shape
+from hlgt.model.solver import Solver
+from hlgt.tensors import tensors_of, with_tensors
 
 
 def require_gpu(device: torch.device) -> None:
@@ -37,13 +39,13 @@ def require_gpu(device: torch.device) -> None:
 
 class _AfterRecurrence(nn.Module):
     """``Solver.after_recurrence`` as a function of tensors only, as graph capture wants: the
-    BiGRU states, then the tensors of a batch laid out as ``template`` (its packing left out: the
-    BiGRUs read it, not this part). Returns the losses, then the activation scales."""
+    BiGRU states, then the tensors of a planned batch laid out as ``template`` (its packing left
+    out: the BiGRUs read it, not this part). Returns the losses, then the activation scales."""
 
-    def __init__(self, solver: Solver, template: Batch, n_states: int):
+    def __init__(self, solver: Solver, template: Planned, n_states: int):
         super().__init__()
         self.solver, self.n_states = solver, n_states
-        self.template = dataclasses.replace(template, packing=None)
+        self.template = _without_packing(template)
         self.scale_names: list[str] = []
 
     def forward(self, *args: Tensor) -> tuple[Tensor, ...]:
@@ -53,8 +55,12 @@ class _AfterRecurrence(nn.Module):
         return (out["loss"], out["tree_loss"], out["com_loss"], *out["scales"].values())
 
 
-def _graph_inputs(batch: Batch) -> list[Tensor]:
-    return tensors_of(dataclasses.replace(batch, packing=None))
+def _without_packing(planned: Planned) -> Planned:
+    return dataclasses.replace(planned, plan=dataclasses.replace(planned.plan, packing=None))
+
+
+def _graph_inputs(planned: Planned) -> list[Tensor]:
+    return tensors_of(_without_packing(planned))
 
 
 # Gold trees of a batch are as deep as its deepest problem's, from 4 to 21 levels on Math23K; a
@@ -88,47 +94,48 @@ class GraphedSteps:
             self.plan(batch)
         return f"cuda graphs: {self._grow()} shapes learned for the batches' depths"
 
-    def plan(self, batch: Batch) -> Batch:
+    def plan(self, batch: Batch) -> Planned:
         """The batch planned, padded to its bucket's shape when it fits (its sizes recorded)."""
         planned = self.solver.plan(batch)
         self.problems = self.problems or len(batch)
-        bound = next((d for d in DEPTHS if planned.tree_plan.n_levels <= d), None)
+        bound = next((d for d in DEPTHS if planned.plan.trees.n_levels <= d), None)
         if bound is None or len(batch) != self.problems:
             return planned  # too deep, or the short last batch: eager
         bucket = self.buckets.setdefault(bound, _Bucket())
         own = self.solver.shape_of(planned)
         bucket.seen = own if bucket.seen is None else bucket.seen.covering(own)
         if bucket.shape is not None and own.fits(bucket.shape):
-            return self.solver.padded(planned, bucket.shape)
+            return self.solver.plan(planned, bucket.shape)
         return planned
 
-    def forward(self, batch: Batch) -> dict[str, Tensor]:
+    def forward(self, planned: Planned) -> dict[str, Tensor]:
         """The solver's training outputs for a planned batch on the GPU: replayed when it was
         padded to a shape, else eager."""
-        if batch.shape is None or self.failed:
+        shape = planned.plan.shape
+        if shape is None or self.failed:
             self.counts["eager"] += 1
-            return self.solver(batch)
-        bucket = next(b for b in self.buckets.values() if b.shape == batch.shape)  # Batch.to copies the shape
-        states = self.solver.encoder.recurrence(batch)
+            return self.solver(planned)
+        bucket = next(b for b in self.buckets.values() if b.shape == shape)  # Planned.to copies the shape
+        states = self.solver.encoder.recurrence(planned.batch, planned.plan.packing)
         if bucket.graphed is None:
             try:
-                bucket.graphed = self._capture(batch, states)
+                bucket.graphed = self._capture(planned, states)
             except RuntimeError as e:  # something in the step a capture forbids (a host sync, ...)
                 self.failed = str(e).splitlines()[0]
                 self.counts["eager"] += 1
-                return self.solver.after_recurrence(batch, states)
+                return self.solver.after_recurrence(planned, states)
         self.counts["replayed"] += 1
         # A replay writes its outputs into the tensors the capture made and returns views of them:
         # copies, so that a step's losses outlive the next replay (the bench keeps them all).
-        outs = [o.clone() for o in bucket.graphed(*states, *_graph_inputs(batch))]
+        outs = [o.clone() for o in bucket.graphed(*states, *_graph_inputs(planned))]
         names = bucket.graphed.scale_names
         return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": dict(zip(names, outs[3:]))}
 
-    def _capture(self, batch: Batch, states: tuple[Tensor, ...]) -> nn.Module:
+    def _capture(self, planned: Planned, states: tuple[Tensor, ...]) -> nn.Module:
         # The capture's own warm-up runs the module (and names the scales); the BiGRUs' weights are
         # among its parameters but unused here.
-        module = _AfterRecurrence(self.solver, batch, len(states))
-        args = tuple(s.detach().requires_grad_(s.requires_grad) for s in states) + tuple(_graph_inputs(batch))
+        module = _AfterRecurrence(self.solver, planned, len(states))
+        args = tuple(s.detach().requires_grad_(s.requires_grad) for s in states) + tuple(_graph_inputs(planned))
         return torch.cuda.make_graphed_callables(module, args, allow_unused_input=True)
 
     def _grow(self) -> int:

@@ -1,92 +1,25 @@
-"""The learning-curve diagnostic: ablation arms trained side by side on the same problems, seed and
-budget, compared epoch by epoch.
+"""The learning-curve diagnostic (the command ``hlgt-curve``, ``hlgt.commands.curve``): ablation arms
+trained side by side on the same problems, seed and budget, compared epoch by epoch.
 
-    python -m hlgt.train.curve --dataset math23k --limit 6000 --epochs 4 --ablation gts,full
-    python -m hlgt.train.curve --shards datasets/processed/math23k-offline --dataset math23k --ablation all
-
-Every arm runs THE training loop (``hlgt.train.loop.train``) on the first ``--limit`` training
-rows of the shards (the same rows, shuffled the same way, for every arm), validates after every
-epoch on the first ``--val-limit`` validation rows (named in the output) and never looks at test.
-Arms run in parallel processes (``--jobs``, one torch thread each by default) or one after the
-other; an arm's result does not depend on which. Per epoch and arm it prints validation value
+Every arm runs THE training loop (``hlgt.train.loop.train``) on the first ``limit`` training rows
+of the shards (the same rows, shuffled the same way, for every arm) and validates after every
+epoch on the first ``val_limit`` validation rows; test is never looked at. Arms run in parallel
+processes or one after the other (``train_arms``); an arm's result does not depend on which.
+``curve_table`` and ``curves_side_by_side`` lay the per-epoch metrics out: validation value
 accuracy, tree and comparison loss, the largest gradient norm of the whole model and of each part
-(``hlgt.config.MODEL_PARTS``) and the activation scales (``hlgt.config.ACTIVATIONS``), then the
-curves side by side. ``--out DIR`` keeps each arm's run folder and writes ``curve.json`` and
-``curve.md``. A measurement, not a test.
+(``hlgt.metrics.MODEL_PARTS``) and the activation scales (``hlgt.metrics.ACTIVATIONS``).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import re
-import sys
-import tempfile
-import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 
-from hlgt import config as C
-from hlgt.cli import device, non_negative_int, positive_int, refuse_flag_keys
-from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, parse_overrides
-from hlgt.data.splits import MAWPS_FOLD_FILES
+import torch
 
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hlgt.train.curve", description=__doc__.split("\n\n")[0],
-                                allow_abbrev=False)
-    p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
-    p.add_argument("--fold", type=non_negative_int, default=0, help="MAWPS cross-validation fold (0..4)")
-    p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES))
-    p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
-    p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
-    p.add_argument("--ablation", "--arms", dest="ablation", default="gts,full",
-                   help="ablation arms, comma-separated, or 'all'; ARM+KEY=VALUE adds overrides to one curve")
-    p.add_argument("--limit", type=positive_int, default=6000, help="training problems (the first of the split)")
-    p.add_argument("--val-limit", type=positive_int, default=1000, help="validation problems (the first of the split)")
-    p.add_argument("--epochs", type=positive_int, default=4)
-    p.add_argument("--jobs", type=non_negative_int, default=0,
-                   help="arms trained at once (0: one per CPU core, at most one per arm)")
-    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads per arm (0: cores / jobs)")
-    p.add_argument("--device", type=device, default="cpu", help="cpu | cuda")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override over every arm (repeatable); not of a key one of these flags sets")
-    p.add_argument("--out", default=None, help="keep the runs and write curve.json / curve.md here")
-    return p
-
-
-# The config keys this command's flags set: ``--set`` may not name them.
-FLAG_KEYS = {"data.dataset": "--dataset", "data.fold": "--fold", "data.mawps_folds": "--mawps-folds",
-             "data.data_dir": "--data-dir", "train.epochs": "--epochs", "train.threads": "--threads",
-             "train.use_gpu": "--device"}
-
-
-def parse_arms(text: str) -> list[str]:
-    """``"gts,full+train.grad_clip=5"`` -> the curves to draw: an ablation arm, optionally with
-    ``+KEY=VALUE`` overrides of its own (``'all'``: every arm)."""
-    curves = [c.strip() for c in text.split(",") if c.strip()]
-    if curves == ["all"]:
-        return ablation_arms("all")
-    ablation_arms([c.split("+")[0] for c in curves])  # raises on an unknown arm
-    if len(set(curves)) != len(curves):
-        raise ValueError(f"--ablation names a curve twice: {text!r}")
-    return curves
-
-
-def arm_config(args: argparse.Namespace, curve: str, threads: int) -> Config:
-    """A curve's configuration: the dataset's paper settings, the arm, ``--set``, then the curve's own
-    ``+KEY=VALUE`` overrides."""
-    arm, *own = curve.split("+")
-    flat = {**DATASET_DEFAULTS.get(args.dataset, {}), "data.dataset": args.dataset, "data.fold": args.fold,
-            "data.mawps_folds": args.mawps_folds, **ABLATIONS[arm], "train.epochs": args.epochs,
-            "train.wandb": False, "train.threads": threads, "train.use_gpu": args.device != "cpu"}
-    if args.data_dir:
-        flat["data.data_dir"] = args.data_dir
-    overrides, own = parse_overrides(args.set), parse_overrides(own)
-    refuse_flag_keys(overrides, FLAG_KEYS)
-    refuse_flag_keys(own, FLAG_KEYS, given_as="--ablation ...+")  # the curves compare on the same data and budget
-    return Config.from_flat({**flat, **overrides, **own})
+from hlgt import metrics as M
+from hlgt.config import Config
+from hlgt.data.shards import load_rows
+from hlgt.train import loop
 
 
 def progress(arm: str, message: str) -> None:
@@ -98,11 +31,6 @@ def progress(arm: str, message: str) -> None:
 
 def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_dir: str, device: str) -> list[dict]:
     """Train one arm (in this process), printing its progress lines, and return its per-epoch metrics."""
-    import torch
-
-    from hlgt.data.shards import load_rows
-    from hlgt.train import loop
-
     train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None][:limit]
     eval_rows = {"train": train_rows, "valid": load_rows(shards, "valid")[:val_limit], "test": []}
     runtime = loop.Runtime(device=torch.device(device), eval_rows=eval_rows.__getitem__, log=lambda m: progress(arm, m))
@@ -111,8 +39,8 @@ def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_
 
 def curve_table(histories: dict[str, list[dict]]) -> str:
     """Markdown: one row per epoch and arm."""
-    parts = [p for p in C.MODEL_PARTS if any(C.grad_norm_metric(p) in m for h in histories.values() for m in h)]
-    acts = [a for a in C.ACTIVATIONS if any(C.scale_metric(a) in m for h in histories.values() for m in h)]
+    parts = [p for p in M.MODEL_PARTS if any(M.grad_norm_metric(p) in m for h in histories.values() for m in h)]
+    acts = [a for a in M.ACTIVATIONS if any(M.scale_metric(a) in m for h in histories.values() for m in h)]
     head = (["epoch", "arm", "val value acc", "val tree loss", "tree loss", "com loss", "grad norm max"]
             + [f"∇ {p}" for p in parts] + [f"std {a}" for a in acts])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -122,11 +50,11 @@ def curve_table(histories: dict[str, list[dict]]) -> str:
             if e >= len(history):
                 continue
             m = history[e]
-            cells = [str(m[C.EPOCH]), arm, f"{100 * m[C.VAL_VALUE_ACC]:.1f}", f"{m.get(C.VAL_TREE_LOSS, float('nan')):.3f}",
-                     f"{m[C.TRAIN_TREE_LOSS]:.3f}",
-                     f"{m[C.TRAIN_COM_LOSS]:.3f}", f"{m[C.TRAIN_GRAD_NORM_MAX]:.3g}"]
-            cells += [f"{m[C.grad_norm_metric(p)]:.3g}" if C.grad_norm_metric(p) in m else "–" for p in parts]
-            cells += [f"{m[C.scale_metric(a)]:.3g}" if C.scale_metric(a) in m else "–" for a in acts]
+            cells = [str(m[M.EPOCH]), arm, f"{100 * m[M.VAL_VALUE_ACC]:.1f}", f"{m.get(M.VAL_TREE_LOSS, float('nan')):.3f}",
+                     f"{m[M.TRAIN_TREE_LOSS]:.3f}",
+                     f"{m[M.TRAIN_COM_LOSS]:.3f}", f"{m[M.TRAIN_GRAD_NORM_MAX]:.3g}"]
+            cells += [f"{m[M.grad_norm_metric(p)]:.3g}" if M.grad_norm_metric(p) in m else "–" for p in parts]
+            cells += [f"{m[M.scale_metric(a)]:.3g}" if M.scale_metric(a) in m else "–" for a in acts]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -136,51 +64,23 @@ def curves_side_by_side(histories: dict[str, list[dict]]) -> str:
     arms = list(histories)
     lines = ["| epoch | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
     for e in range(max(len(h) for h in histories.values())):
-        cells = [f"{100 * h[e][C.VAL_VALUE_ACC]:.1f}" if e < len(h) else "–" for h in histories.values()]
+        cells = [f"{100 * h[e][M.VAL_VALUE_ACC]:.1f}" if e < len(h) else "–" for h in histories.values()]
         lines.append(f"| {e + 1} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    arms = parse_arms(args.ablation)
-    cores = os.cpu_count() or 1
-    jobs = args.jobs or max(1, min(len(arms), cores))
-    threads = args.threads or max(1, cores // jobs)
-    configs = {arm: arm_config(args, arm, threads) for arm in arms}
-
-    from hlgt.data.build import ensure_shards
-    from hlgt.data.shards import use_shards
-
-    first = configs[arms[0]]
-    shards = str(use_shards(first, args.shards) if args.shards else ensure_shards(first))
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="hlgt-curve-"))
-    print(f"[curve] {args.dataset}: arms {', '.join(arms)}; the first {args.limit} training and "
-          f"{args.val_limit} validation problems of {shards}; {args.epochs} epochs, seed {first.train.seed}, "
-          f"batch {first.train.batch_size}; {jobs} at once, {threads} torch thread(s) each, {args.device}",
-          flush=True)
-    started = time.perf_counter()
-    jobs_args = {arm: (arm, configs[arm], shards, args.limit, args.val_limit, str(out / re.sub(r"[^\w.-]+", "_", arm)),
-                     args.device) for arm in arms}
+def train_arms(jobs_args: dict[str, tuple], jobs: int) -> dict[str, list[dict]]:
+    """Every arm's per-epoch metrics (``run_arm(*jobs_args[arm])``), ``jobs`` arms at a time, each
+    in a process of its own (spawned: a fork would share torch's threads), or in this process when
+    ``jobs`` is 1."""
     if jobs == 1:
-        histories = {arm: run_arm(*a) for arm, a in jobs_args.items()}
-    else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            futures = {arm: pool.submit(run_arm, *a) for arm, a in jobs_args.items()}
-            histories = {arm: f.result() for arm, f in futures.items()}
-    minutes = (time.perf_counter() - started) / 60
-    table, side = curve_table(histories), curves_side_by_side(histories)
-    print(f"\n{table}\n\nValidation value accuracy (%) on the first {args.val_limit} validation problems:\n\n{side}\n"
-          f"\n[curve] {minutes:.1f} minutes", flush=True)
-    if args.out:
-        (out / "curve.json").write_text(json.dumps({"args": vars(args), "shards": shards, "histories": histories},
-                                                   indent=1), encoding="utf-8")
-        (out / "curve.md").write_text(f"{table}\n\n{side}\n", encoding="utf-8")
-        print(f"[curve] wrote {out / 'curve.json'} and {out / 'curve.md'}", flush=True)
-    return 0
+        return {arm: run_arm(*a) for arm, a in jobs_args.items()}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {arm: pool.submit(run_arm, *a) for arm, a in jobs_args.items()}
+        return {arm: f.result() for arm, f in futures.items()}
 
 
-if __name__ == "__main__":
-    from hlgt.cli import run_command
+if __name__ == "__main__":  # python -m hlgt.train.curve: the command hlgt-curve
+    from hlgt.commands.curve import run
 
-    sys.exit(run_command(main, "python -m hlgt.train.curve"))
+    run()

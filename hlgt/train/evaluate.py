@@ -29,18 +29,23 @@ model's vocabulary and constants), printing both accuracies, Table 4 and the dec
 problems solved wrongly, the gold equation beside the model's, and an index with the accuracy by
 number of quantities (Table 4) as a chart.
 
-With ``--data``, problems that cannot be scored (unreadable records, over the limits, an
-annotation that fails) are counted and reported, and the accuracy is given both over the scored
-problems and over every problem in the file (those counted wrong). A scored problem whose gold
+With ``--data``, the file is read, prepared and decoded ``hlgt.data.build.FILE_CHUNK`` problems at a time, in
+bounded memory, and the predictions file is written as it goes and replaces the old one whole at
+the end (``--out`` is checked before anything is evaluated). Problems that cannot be scored
+(unreadable records, over the limits, an annotation that fails) are counted and reported, the
+first few named by file and line, and the accuracy is given both over the scored problems and
+over every problem in the file (those counted wrong). A scored problem whose gold
 equation the model cannot write (a constant it never learned) is counted as unanswerable; it is
 still right when the model finds its value another way. Words the model never saw read as <unk>.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -49,13 +54,17 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from hlgt import explain
 from hlgt.config import Config
 from hlgt.cli import Progress, device, non_negative_int, positive_int
-from hlgt.data.build import FileRows, ensure_shards, file_rows
+from hlgt.data.build import FileCounts, ensure_shards, file_chunks
 from hlgt.data.collate import collate, trainable
 from hlgt.data.shards import load_rows, use_shards
+from hlgt.draw import bar_chart
 from hlgt.expr import ExprError, eval_prefix, values_match
+from hlgt.files import replacing, write_text
 from hlgt.inference import infix_with_numbers, load_model, predict
+from hlgt.pages import PageFolder
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
 
@@ -133,28 +142,45 @@ class Report:
     by_numbers: list[BucketRow]  # the seven Table-4 rows, in order (empty rows have count 0)
 
 
+class Tally:
+    """Counts of scored problems per Table-4 bucket, added one verdict at a time: a file of any
+    size is summarised without keeping its verdicts."""
+
+    def __init__(self) -> None:
+        self.counts = {b: [0, 0, 0] for b in NUMBER_BUCKETS}  # problems, value right, equation right
+
+    def add(self, s: Scored) -> None:
+        count = self.counts[number_bucket(s.n_numbers)]
+        count[0] += 1
+        count[1] += s.value_correct
+        count[2] += s.equation_correct
+
+    @property
+    def n(self) -> int:
+        return sum(c[0] for c in self.counts.values())
+
+    @property
+    def value_right(self) -> int:
+        return sum(c[1] for c in self.counts.values())
+
+    def report(self) -> Report:
+        """Accuracies over all problems and per bucket; none scored raises (nothing to report)."""
+        n = self.n
+        if not n:
+            raise ValueError("no problems to evaluate")
+        rows = [BucketRow(bucket=b, count=k, proportion=k / n, value_acc=value / k if k else 0.0,
+                          equation_acc=equation / k if k else 0.0)
+                for b, (k, value, equation) in self.counts.items()]
+        return Report(n=n, value_acc=self.value_right / n,
+                      equation_acc=sum(c[2] for c in self.counts.values()) / n, by_numbers=rows)
+
+
 def summarise(scored: Sequence[Scored]) -> Report:
     """Accuracies over all problems and per Table-4 bucket; an empty split raises (nothing to report)."""
-    if not scored:
-        raise ValueError("no problems to evaluate")
-    n = len(scored)
-    rows = []
-    for b in NUMBER_BUCKETS:
-        group = [s for s in scored if number_bucket(s.n_numbers) == b]
-        k = len(group)
-        rows.append(BucketRow(
-            bucket=b,
-            count=k,
-            proportion=k / n,
-            value_acc=sum(s.value_correct for s in group) / k if k else 0.0,
-            equation_acc=sum(s.equation_correct for s in group) / k if k else 0.0,
-        ))
-    return Report(
-        n=n,
-        value_acc=sum(s.value_correct for s in scored) / n,
-        equation_acc=sum(s.equation_correct for s in scored) / n,
-        by_numbers=rows,
-    )
+    tally = Tally()
+    for s in scored:
+        tally.add(s)
+    return tally.report()
 
 
 @torch.no_grad()
@@ -217,13 +243,18 @@ def table4_csv(report: Report) -> str:
     return buf.getvalue()
 
 
+def prediction_line(s: Scored) -> str:
+    """One problem of a predictions file: id, text, predicted and gold infix, values, correct or not, ..."""
+    return json.dumps(asdict(s), ensure_ascii=False) + "\n"
+
+
 def write_predictions(path: str | Path, scored: Sequence[Scored]) -> Path:
-    """One JSON object per line: id, text, predicted and gold infix, values, correct or not, ..."""
+    """One JSON object per line (``prediction_line``), the file replaced whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    with replacing(path) as f:
         for s in scored:
-            f.write(json.dumps(asdict(s), ensure_ascii=False) + "\n")
+            f.write(prediction_line(s))
     return path
 
 
@@ -235,13 +266,28 @@ def read_predictions(path: str | Path) -> list[dict]:
 def write_report(directory: str | Path, split: str, report: Report, scored: Sequence[Scored]) -> dict[str, Path]:
     """``predictions_<split>.jsonl``, ``numbers_<split>.md`` and ``.csv`` in ``directory``."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    md = directory / f"numbers_{split}.md"
-    md.write_text(table4_markdown(report, title=f"{split}: accuracy by number of numbers"), encoding="utf-8")
-    table = directory / f"numbers_{split}.csv"
-    table.write_text(table4_csv(report), encoding="utf-8")
     return {"predictions": write_predictions(directory / f"predictions_{split}.jsonl", scored),
-            "table_md": md, "table_csv": table}
+            **write_tables(directory, split, report)}
+
+
+def write_tables(directory: Path, split: str, report: Report) -> dict[str, Path]:
+    """``numbers_<split>.md`` and ``.csv`` in ``directory``, each replaced whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    title = f"{split}: accuracy by number of numbers"
+    return {"table_md": write_text(directory / f"numbers_{split}.md", table4_markdown(report, title=title)),
+            "table_csv": write_text(directory / f"numbers_{split}.csv", table4_csv(report))}
+
+
+def check_out_folder(out: str) -> Path:
+    """``--out`` as a folder that can be written, checked before anything is evaluated: an
+    existing writable folder, or one that can be made in a writable folder."""
+    path = Path(out).resolve()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise NotADirectoryError(f"--out {out}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out {out}: the folder {existing} is not writable")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,62 +314,69 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain and not args.out:
         p.error("--explain N writes its pages under --out DIR: give --out")
     name = Path(args.data).stem if args.data else args.split or "test"
-    pages = None
-    if args.explain:
-        from hlgt.pages import PageFolder
-
-        pages = PageFolder(Path(args.out) / f"explain_{name}", option="--out")  # checked before any work
-
+    out = check_out_folder(args.out) if args.out else None
+    pages = PageFolder(out / f"explain_{name}", option="--out") if args.explain else None  # before any work
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
+    counts = FileCounts()
     if args.data:
-        found = file_rows(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model)
-        rows, what = found.rows, args.data
+        chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts)
+        what, progress = args.data, Progress(None, "evaluate")
     else:
         if args.data_dir:
             cfg = cfg.override({"data.data_dir": args.data_dir})
         shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
         rows, what = load_rows(shards, name), f"{cfg.data.dataset} {name}"
-    if not rows:
-        raise ValueError(f"{what}: no problem can be scored")
-    started = time.perf_counter()
-    progress = Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
-    report, scored = evaluate(solver, rows, solver.vocab, variant=cfg.data.graph,
-                              beam_size=args.beam_size or solver.cfg.beam_size, batch_size=args.batch_size,
-                              device=args.device, bf16_inference=args.bf16,
-                              progress=progress.update if progress else None)
+        chunks, progress = iter([rows]), Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
+    beam_size = args.beam_size or solver.cfg.beam_size
+    tally, started, wrong = Tally(), time.perf_counter(), []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    with replacing(out / f"predictions_{name}.jsonl") if out else contextlib.nullcontext() as sink:
+        for rows in chunks:
+            predictions = predict(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=beam_size,
+                                  batch_size=args.batch_size, device=args.device, bf16_inference=args.bf16,
+                                  progress=(lambda d, base=tally.n: progress.update(base + d)) if progress else None)
+            for row, prediction in zip(rows, predictions):
+                scored = score(row, prediction)
+                tally.add(scored)
+                if sink is not None:
+                    sink.write(prediction_line(scored))
+                if pages is not None and not scored.value_correct and len(wrong) < args.explain:
+                    wrong.append((row, scored))  # the first N only: a file of any size keeps N rows
+        if progress is not None:
+            progress.end()
+        if not tally.n:
+            raise ValueError(f"{what}: no problem can be scored")
     seconds = time.perf_counter() - started
+    report = tally.report()
     print(f"[evaluate] {args.model} on {what} ({report.n} problems, "
           f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
           f"{100 * report.value_acc:.1f}%, equation accuracy {100 * report.equation_acc:.1f}%, "
           f"{report.n / max(seconds, 1e-9):.1f} problems/s")
     if args.data:
-        print(file_summary(scored, found))
+        print(file_summary(tally, counts))
     print(table4_markdown(report, title=f"{name}: accuracy by number of numbers"))
-    if args.out:
-        paths = write_report(args.out, name, report, scored)
-        print(f"[evaluate] wrote {paths['predictions']}")
+    if out is not None:
+        write_tables(out, name, report)
+        print(f"[evaluate] wrote {out / f'predictions_{name}.jsonl'}")
     if pages is not None:
         with pages:
-            index = explain_wrong(pages, args.model, solver, flat, rows, scored, report, args.explain,
-                                  beam_size=args.beam_size or solver.cfg.beam_size, device=args.device,
-                                  bf16_inference=args.bf16)
+            index = explain_wrong(pages, args.model, solver, flat, wrong, report, beam_size=beam_size,
+                                  device=args.device, bf16_inference=args.bf16)
         print(f"[evaluate] wrote {len(pages.pages)} pages of wrongly solved problems: {index}")
     return 0
 
 
-def explain_wrong(pages, model_dir, solver, flat: dict, rows: Sequence[Mapping[str, Any]], scored: Sequence[Scored],
-                  report: Report, n: int, beam_size: int, device, bf16_inference: bool = False) -> Path:
-    """The pages of the first ``n`` wrongly solved problems into the ``hlgt.pages.PageFolder``
-    ``pages``, and their index with Table 4 as a chart; the index's path."""
-    from hlgt import explain
-    from hlgt.draw import bar_chart
-
+def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Sequence[tuple[Mapping[str, Any], Scored]],
+                  report: Report, beam_size: int, device, bf16_inference: bool = False) -> Path:
+    """The pages of wrongly solved problems (``wrong``: rows and verdicts) into ``pages``, and their
+    index with Table 4 (``report``) as a chart; the index's path."""
     variant, about = flat["data.graph"], explain.about_model(model_dir, flat)
     entries = []
-    for row, s in [(row, s) for row, s in zip(rows, scored) if not s.value_correct][:n]:
+    for row, s in wrong:
         decoded = explain.decode(solver, row, variant, beam_size, device, bf16_inference)
         html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
         predicted = f"{s.predicted} ({'none' if s.predicted_value is None else f'{s.predicted_value:.6g}'})"
@@ -334,19 +387,21 @@ def explain_wrong(pages, model_dir, solver, flat: dict, rows: Sequence[Mapping[s
                             f"{100 * report.value_acc:.1f}%")
     return pages.index(explain.index_page(
         f"{len(entries)} wrongly solved problems", ["id", "text", "gold (answer)", "model (answer)"], entries,
-        about=about, chart=chart, note=f"The problems solved wrongly, in the order of the split (at most {n})."))
+        about=about, chart=chart, note=f"The first {len(entries)} problems solved wrongly, in file order."))
 
 
-def file_summary(scored: Sequence[Scored], found: FileRows) -> str:
-    """What became of every record of a ``--data`` file, and the accuracy over all of them."""
-    lost = sum(found.not_scored.values())
-    total = len(scored) + lost
-    right = sum(s.value_correct for s in scored)
-    reasons = ", ".join(f"{k} {v}" for k, v in sorted(found.not_scored.items())) or "none"
-    gold = ", ".join(f"{k} {v}" for k, v in sorted(found.unanswerable.items())) or "none"
-    return (f"[evaluate] {found.records} records: {len(scored)} scored, {lost} not scored ({reasons}); "
-            f"without a gold equation the model can write: {gold}. Value accuracy over all "
-            f"{total} problems (not scored = wrong): {100 * right / max(total, 1):.1f}%")
+def file_summary(tally: Tally, counts: FileCounts) -> str:
+    """What became of every record of a ``--data`` file, and the accuracy over all of them; then
+    the first notes about single records, each naming its file and line."""
+    not_scored = counts.not_scored
+    lost = sum(not_scored.values())
+    total = tally.n + lost
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(not_scored.items())) or "none"
+    gold = ", ".join(f"{k} {v}" for k, v in sorted(counts.unanswerable.items())) or "none"
+    lines = [f"[evaluate] {counts.read.records} records: {tally.n} scored, {lost} not scored ({reasons}); "
+             f"without a gold equation the model can write: {gold}. Value accuracy over all "
+             f"{total} problems (not scored = wrong): {100 * tally.value_right / max(total, 1):.1f}%"]
+    return "\n".join(lines + [f"[evaluate] {note}" for note in counts.read.notes])
 
 
 if __name__ == "__main__":

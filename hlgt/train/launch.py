@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hlgt import config as C
-from hlgt.config import Config, is_uri, ray_address
+from hlgt import metrics as M
+from hlgt.config import Config, is_uri
 from hlgt.train import loop, tracking
 
 SPLITS = ("train", "valid", "test")
@@ -33,26 +34,6 @@ def ray_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def init_ray(address: str | None = None, workers_to_console: bool = True) -> None:
-    """Connect to ``address`` (``auto``, ``ray://...``, host:port) or, without one, to the cluster
-    of the Ray job this command runs in, else start a local Ray (``hlgt.config.ray_address``).
-
-    A local Ray starts with its dashboard: Ray Train's PlacementGroupCleaner asks the state API
-    (served by the dashboard) whether a run's controller is alive, and without it the placement
-    group of a run that Tune stopped early is never removed, starving every later trial.
-    ``workers_to_console=False`` keeps the workers' output (and Ray's own INFO lines) off this
-    console: it stays in Ray's session logs, and the caller prints what matters.
-    """
-    import logging
-
-    import ray
-
-    if not ray.is_initialized():
-        address = ray_address(address)
-        ray.init(address=address, include_dashboard=True if address == "local" else None,
-                 log_to_driver=workers_to_console, logging_level=logging.INFO if workers_to_console else logging.WARNING)
 
 
 def worker_cpus(workers: int, requested: float | None = None) -> float:
@@ -88,18 +69,42 @@ def available_splits(shards_dir: str | Path) -> list[str]:
 def worker_loop(config: dict) -> dict:
     """The per-worker function of the TorchTrainer: a ``Runtime`` from the Ray context, then the loop."""
     import ray.train
+
+    from hlgt.data.vocab import Vocab
+
+    cfg = Config.from_flat(config["cfg"])
+    vocab = Vocab.from_dict(config["vocab"])
+    kwargs = dict(report=_report, runtime=_ray_runtime(cfg, vocab, config["splits"]), vocab=vocab,
+                  run_name=config["run_name"], group=config.get("group"), wandb_dir=config.get("wandb_dir"),
+                  wandb_mode=config.get("wandb_mode"), evaluate_test=config.get("evaluate_test", True))
+    start = ray.train.get_checkpoint()
+    if start is None:
+        return loop.train(cfg, config["shards_dir"], **kwargs).metrics
+    with start.as_directory() as directory:
+        return loop.train(cfg, config["shards_dir"], resume_from=directory, **kwargs).metrics
+
+
+def _report(metrics: dict, checkpoint_dir: Path | None) -> None:
+    import ray.train
+
+    checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+    ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def _ray_runtime(cfg: Config, vocab, splits: list[str]) -> loop.Runtime:
+    """The loop's ``Runtime`` on this Ray Train worker: its rank and device, DDP through
+    ``prepare_model``, its Ray Data shard of the training split, the evaluation splits, and the
+    collectives between the workers."""
+    import ray.train
     import ray.train.torch
     import torch
     import torch.distributed as dist
 
-    from hlgt.data.collate import encode, iter_batches
-    from hlgt.data.vocab import Vocab
+    from hlgt.data.collate import encode
 
-    cfg = Config.from_flat(config["cfg"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
-    vocab = Vocab.from_dict(config["vocab"])
     shard_rows: list = []  # encoded for the vocabulary once, collated every epoch
 
     def read_rows(split: str) -> list[dict]:
@@ -114,11 +119,7 @@ def worker_loop(config: dict) -> dict:
         # shuffle of the shard per epoch beats a local shuffle buffer.
         if not shard_rows:
             shard_rows.extend(encode(read_rows("train"), vocab))
-        return iter_batches(shard_rows, vocab, cfg.train.batch_size, shuffle=True,
-                            seed=cfg.train.seed * 100_003 + epoch, variant=cfg.data.graph)
-
-    def eval_rows(split: str) -> list[dict]:
-        return read_rows(split) if split in config["splits"] else []
+        return loop.epoch_batches(shard_rows, vocab, cfg, epoch)
 
     def all_reduce(t: torch.Tensor) -> torch.Tensor:
         if world == 1 or not dist.is_initialized():
@@ -141,22 +142,10 @@ def worker_loop(config: dict) -> dict:
         kwargs = {"find_unused_parameters": not model.uses_every_parameter, "gradient_as_bucket_view": True}
         return ray.train.torch.prepare_model(model, parallel_strategy_kwargs=kwargs)
 
-    def report(metrics: dict, checkpoint_dir: Path | None) -> None:
-        checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=checkpoint)
-
     # Ray Train tees print() to stdout and its logger (doubling every line); log through logging.
-    runtime = loop.Runtime(rank=rank, world_size=world, device=device, wrap_model=wrap,
-                           train_batches=train_batches, eval_rows=eval_rows, all_reduce=all_reduce, gather=gather,
-                           log=logging.getLogger("hlgt.train").info)
-    kwargs = dict(report=report, runtime=runtime, vocab=vocab, run_name=config["run_name"],
-                  group=config.get("group"), wandb_dir=config.get("wandb_dir"), wandb_mode=config.get("wandb_mode"),
-                  evaluate_test=config.get("evaluate_test", True))
-    start = ray.train.get_checkpoint()
-    if start is None:
-        return loop.train(cfg, config["shards_dir"], **kwargs).metrics
-    with start.as_directory() as directory:
-        return loop.train(cfg, config["shards_dir"], resume_from=directory, **kwargs).metrics
+    return loop.Runtime(rank=rank, world_size=world, device=device, wrap_model=wrap, train_batches=train_batches,
+                        eval_rows=lambda split: read_rows(split) if split in splits else [], all_reduce=all_reduce,
+                        gather=gather, log=logging.getLogger("hlgt.train").info)
 
 
 def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, workers: int | None = None,
@@ -197,7 +186,7 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
             name=name,
             storage_path=storage,
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=C.VAL_VALUE_ACC,
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=M.VAL_VALUE_ACC,
                                                          checkpoint_score_order="max"),
             callbacks=callbacks or [],
         ),

@@ -46,12 +46,14 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import torch
 from torch import nn
+from torch.profiler import record_function
 
-from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
+from hlgt.files import write_text
 from hlgt.inference import predict
 from hlgt.model.solver import Solver
 from hlgt.train import cuda_graphs
@@ -64,9 +66,10 @@ RESULTS_FILE = "results.json"
 OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.jsonl",
            "numbers_valid.md", "numbers_valid.csv", "numbers_test.md", "numbers_test.csv")
 
-SPLIT_METRICS = {"valid": (C.VAL_VALUE_ACC, C.VAL_EQUATION_ACC), "test": (C.TEST_VALUE_ACC, C.TEST_EQUATION_ACC)}
+SPLIT_METRICS = {"valid": (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC), "test": (M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC)}
 
 Report = Callable[[dict, "Path | None"], None]
+OPTIMIZER_STEP = "hlgt::optimizer_step"  # the optimizer's part of a step, labelled for torch.profiler (bench)
 
 
 def seed_everything(seed: int) -> None:
@@ -123,7 +126,7 @@ def make_optimizer(cfg: Config, model: nn.Module):
 
 
 def _fresh_state() -> dict:
-    return {"epoch": 0, "best_epoch": 0, "best": {C.VAL_VALUE_ACC: -1.0, C.VAL_EQUATION_ACC: 0.0},
+    return {"epoch": 0, "best_epoch": 0, "best": {M.VAL_VALUE_ACC: -1.0, M.VAL_EQUATION_ACC: 0.0},
             "last_val": {}, "history": [], "finished": False, "starts": [0]}
 
 
@@ -192,6 +195,15 @@ def publish(checkpoint_dir: Path, run_dir: Path) -> None:
             shutil.copy2(src, dst)
 
 
+def _metrics_record(line: bytes) -> dict | None:
+    """One line of ``metrics.jsonl`` as its record, or None when it is blank or no record."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reading
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class LocalReporter:
     """The single-process ``report``: keeps the latest checkpoint in ``run_dir/checkpoint``
     (swapped in whole, so a kill mid-copy leaves the previous one), appends metrics to
@@ -218,9 +230,14 @@ class LocalReporter:
         path = self.run_dir / "metrics.jsonl"
         if not path.exists():
             return
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-                 if line.strip() and json.loads(line).get(C.EPOCH, 0) <= epoch]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        kept = []
+        for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+            record = _metrics_record(line)
+            if record is None and line.strip():  # a kill mid-append tears the last line
+                print(f"[train] {path} line {number} is not a metrics record (cut short?): dropped", flush=True)
+            elif record is not None and record.get(M.EPOCH, 0) <= epoch:
+                kept.append(line.decode("utf-8") + "\n")
+        write_text(path, "".join(kept))
 
     def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -284,21 +301,50 @@ class EpochStats:
 
     def norms_and_scales(self) -> dict[str, float]:
         norm_max = self.norm_max.tolist()
-        metrics = {C.TRAIN_GRAD_NORM_MAX: norm_max[0],
-                   **{C.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
+        metrics = {M.TRAIN_GRAD_NORM_MAX: norm_max[0],
+                   **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
         for name, total in self.scales.items():
-            metrics[C.scale_metric(name)] = float(total) / max(self.batches, 1)
+            metrics[M.scale_metric(name)] = float(total) / max(self.batches, 1)
         return metrics
 
 
+def train_step(forward: Callable, opt: torch.optim.Optimizer, batch, stats: EpochStats | None = None,
+               grad_clip: float = 0.0, params: Iterable[nn.Parameter] = ()) -> torch.Tensor:
+    """One training step, as the trainer, the benchmark and the sweep's memory probe all take it:
+    ``forward`` (the solver, its data-parallel wrapper or ``GraphedSteps.forward``) on a planned
+    batch on its device, backward, the gradient-norm bookkeeping (``stats``), clipping the global
+    norm of ``params`` to ``grad_clip`` (> 0), the optimizer's step. -> the loss, detached (not
+    read back)."""
+    out = forward(batch)
+    opt.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
+    norm = stats.step(out, len(batch)) if stats is not None else None
+    if grad_clip > 0:
+        if norm is None:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        else:
+            torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
+    with record_function(OPTIMIZER_STEP):
+        opt.step()
+    return out["loss"].detach()
+
+
+def epoch_batches(rows: list[dict], vocab, cfg: Config, epoch: int) -> Iterable:
+    """Epoch ``epoch``'s training batches of ``encode``d ``rows``: a shuffle seeded by the run's
+    seed and the epoch, so that a resumed run draws the batches it would have drawn."""
+    return iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed * 100_003 + epoch,
+                        variant=cfg.data.graph)
+
+
 def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
-    val = (f" | val value {100 * m[C.VAL_VALUE_ACC]:.1f}% eq {100 * m[C.VAL_EQUATION_ACC]:.1f}%"
-           + (f" tree loss {m[C.VAL_TREE_LOSS]:.4f}" if C.VAL_TREE_LOSS in m else "") if evaluated else "")
-    parts = " ".join(f"{p} {m[C.grad_norm_metric(p)]:.3g}" for p in C.MODEL_PARTS if C.grad_norm_metric(p) in m)
-    scales = " ".join(f"{a} {m[C.scale_metric(a)]:.3g}" for a in C.ACTIVATIONS if C.scale_metric(a) in m)
-    return (f"epoch {epoch}/{epochs} | loss {m[C.TRAIN_LOSS]:.4f} (tree {m[C.TRAIN_TREE_LOSS]:.4f} "
-            f"com {m[C.TRAIN_COM_LOSS]:.4f}) | grad norm max {m[C.TRAIN_GRAD_NORM_MAX]:.3g} | lr {m[C.LR]:.2e} | "
-            f"{m[C.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
+    val = (f" | val value {100 * m[M.VAL_VALUE_ACC]:.1f}% eq {100 * m[M.VAL_EQUATION_ACC]:.1f}%"
+           + (f" tree loss {m[M.VAL_TREE_LOSS]:.4f}" if M.VAL_TREE_LOSS in m else "") if evaluated else "")
+    parts = " ".join(f"{p} {m[M.grad_norm_metric(p)]:.3g}" for p in M.MODEL_PARTS if M.grad_norm_metric(p) in m)
+    scales = " ".join(f"{a} {m[M.scale_metric(a)]:.3g}" for a in M.ACTIVATIONS if M.scale_metric(a) in m)
+    return (f"epoch {epoch}/{epochs} | loss {m[M.TRAIN_LOSS]:.4f} (tree {m[M.TRAIN_TREE_LOSS]:.4f} "
+            f"com {m[M.TRAIN_COM_LOSS]:.4f}) | grad norm max {m[M.TRAIN_GRAD_NORM_MAX]:.3g} | lr {m[M.LR]:.2e} | "
+            f"{m[M.TRAIN_PROBLEMS_PER_S]:.1f} problems/s"
             f"{val} | {seconds:.1f}s\n"
             f"    grad norm max by part: {parts} | activation scale: {scales}")
 
@@ -437,8 +483,7 @@ class Trainer:
         return train_rows
 
     def _shuffled_batches(self, epoch: int):
-        return iter_batches(self._train_rows, self.vocab, self.cfg.train.batch_size, shuffle=True,
-                            seed=self.cfg.train.seed * 100_003 + epoch, variant=self.cfg.data.graph)
+        return epoch_batches(self._train_rows, self.vocab, self.cfg, epoch)
 
     def fit(self, report: Report, tracker: tracking.Tracker) -> None:
         """The remaining epochs, each trained, validated when due, logged and reported with a
@@ -470,7 +515,8 @@ class Trainer:
         stats = EpochStats(self.parts, self.rt.device)
         lr = self.opt.param_groups[0]["lr"]
         for batch in self.train_batches(epoch):
-            self._step(self.plan(batch).to(self.rt.device), stats)
+            train_step(self.forward, self.opt, self.plan(batch).to(self.rt.device), stats, self.cfg.train.grad_clip,
+                       self.solver.parameters())
         if self.steps is not None:
             self.log(self.steps.epoch_note())
         self.sched.step()
@@ -484,16 +530,6 @@ class Trainer:
             sums = self.rt.all_reduce(sums)
         return _epoch_metrics(epoch, sums, lr, elapsed, stats), bool(sums[4] > 0)
 
-    def _step(self, batch, stats: EpochStats) -> None:
-        out = self.forward(batch)
-        self.opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
-        norm = stats.step(out, len(batch))
-        if self.cfg.train.grad_clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(self.solver.parameters(), self.cfg.train.grad_clip, norm)
-        self.opt.step()
-
     def validate(self, epoch: int, metrics: dict, due: bool) -> bool:
         """When ``due``, evaluate on validation and keep the model if it is the best so far (rank 0
         decides); either way add the latest validation metrics to ``metrics``. Returns whether this
@@ -505,9 +541,9 @@ class Trainer:
             self._keep_if_best(epoch, valid)
         # Every report carries validation metrics (the latest evaluation; 0 before the first or
         # without a validation split) so that schedulers and checkpoint ranking always find them.
-        metrics.update(self.state["last_val"] or {C.VAL_VALUE_ACC: 0.0, C.VAL_EQUATION_ACC: 0.0})
+        metrics.update(self.state["last_val"] or {M.VAL_VALUE_ACC: 0.0, M.VAL_EQUATION_ACC: 0.0})
         if val_loss is not None:
-            metrics[C.VAL_TREE_LOSS] = val_loss
+            metrics[M.VAL_TREE_LOSS] = val_loss
         return evaluated and valid is not None
 
     def _keep_if_best(self, epoch: int, valid) -> None:
@@ -517,8 +553,8 @@ class Trainer:
             self.state["last_val"] = {}
             improved = True
         else:
-            self.state["last_val"] = {C.VAL_VALUE_ACC: valid.value_acc, C.VAL_EQUATION_ACC: valid.equation_acc}
-            improved = valid.value_acc > self.state["best"][C.VAL_VALUE_ACC]
+            self.state["last_val"] = {M.VAL_VALUE_ACC: valid.value_acc, M.VAL_EQUATION_ACC: valid.equation_acc}
+            improved = valid.value_acc > self.state["best"][M.VAL_VALUE_ACC]
         if improved:
             self.state["best"] = dict(self.state["last_val"])
             self.state["best_epoch"] = epoch
@@ -576,14 +612,14 @@ class Trainer:
         is never used for selection; rank 0 reports the results with a final checkpoint that holds
         the outputs, the other ranks report the last epoch. Returns the results (rank 0)."""
         if not self.main:
-            report({C.EPOCH: self.state["epoch"]}, None)
+            report({M.EPOCH: self.state["epoch"]}, None)
             return {}
         best = copy.deepcopy(self.solver)
         best.load_state_dict(self.best_weights)
         with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
             self.state["finished"] = True
             self._write_checkpoint(Path(tmp))
-            final = {C.EPOCH: self.state["epoch"], C.BEST_EPOCH: self.state["best_epoch"], **self.state["best"]}
+            final = {M.EPOCH: self.state["epoch"], M.BEST_EPOCH: self.state["best_epoch"], **self.state["best"]}
             for split in ("valid", "test") if evaluate_test else ("valid",):
                 final.update(self._final_evaluation(split, best, tmp, tracker))
             (Path(tmp) / RESULTS_FILE).write_text(json.dumps(final, indent=1), encoding="utf-8")
@@ -614,7 +650,7 @@ def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, st
     loss = float(sums[0] / sums[3])
     if not math.isfinite(loss):
         raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
-    return {C.EPOCH: epoch, C.TRAIN_LOSS: loss, C.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
-            C.TRAIN_COM_LOSS: float(sums[2] / sums[3]), C.LR: lr,
-            C.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
+    return {M.EPOCH: epoch, M.TRAIN_LOSS: loss, M.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
+            M.TRAIN_COM_LOSS: float(sums[2] / sums[3]), M.LR: lr,
+            M.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
             **stats.norms_and_scales()}  # norms equal on every rank: gradients are all-reduced

@@ -1,0 +1,142 @@
+"""What a command writes and what it may delete.
+
+A file a command writes for the user (answers, predictions, tables, a manifest) is replaced whole
+or not at all: it is written under a unique temporary name in its own folder and renamed over the
+target (``replacing``), so that two commands writing one file never mix their lines, a kill leaves
+the earlier file, and a failed write leaves no stray file behind. An ``OSError`` from the write
+(a full disk) names the target.
+
+A command deletes only a folder the project made: a run folder (``hlgt.train``), a sweep folder
+(``tune/sweep.py``) or a shard folder (``hlgt.data.build``) holds a marker file (``MARKER``,
+naming its kind) written when the command created the folder, and is checked for it before
+anything in it is removed. A folder without one (made by hand, or by a version of the project
+before the marker) is never deleted: the command says how to remove it by hand. Names typed on
+a command line (``--name``) are single folder names, never paths (``check_name``).
+
+Folders may be local paths or URIs that pyarrow's filesystems take (``s3://...``), as Ray's
+storage is.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+from hlgt.config import filesystem
+
+MARKER = ".hlgt-folder"
+KINDS = ("run", "sweep", "shards")
+
+
+def check_name(name: str, flag: str = "--name") -> str:
+    """``name`` when it is one folder name; ``ValueError`` naming ``flag`` for ``.``, ``..``, an
+    empty name, an absolute one or one with a path separator (it would reach outside the storage)."""
+    seps = {"/", "\\", os.sep, os.altsep or "/"}
+    if name in ("", ".", "..") or os.path.isabs(name) or any(s in name for s in seps) or "\0" in name:
+        raise ValueError(f"{flag} {name!r} is not a folder name: give one name without '/' (not '.' or '..'), "
+                         "and --storage for where it goes")
+    return name
+
+
+def _info(root: str):
+    import pyarrow.fs
+
+    fs, path = filesystem(root)
+    return fs, path, fs.get_file_info(path).type, pyarrow.fs
+
+
+def _entries(fs, path: str) -> list[str]:
+    import pyarrow.fs
+
+    return [f.base_name for f in fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))]
+
+
+def folder_kind(root: str) -> str | None:
+    """The kind a project folder's marker names, or None when ``root`` has no marker."""
+    fs, path, _, _ = _info(root)
+    try:
+        with fs.open_input_stream(f"{path}/{MARKER}") as f:
+            kind = json.loads(f.read()).get("kind")
+    except (FileNotFoundError, ValueError, AttributeError):
+        return None
+    return kind if kind in KINDS else None
+
+
+def claim(root: str, kind: str) -> None:
+    """Make ``root`` this command's folder of ``kind``: created with its marker when it is missing
+    or empty; a folder of another kind is refused. A non-empty folder without a marker is left as
+    it is (an earlier version's run is resumed in it, and never deleted)."""
+    assert kind in KINDS, kind
+    fs, path, found, pafs = _info(root)
+    if found == pafs.FileType.File:
+        raise NotADirectoryError(f"{root} is a file, not a folder")
+    if found == pafs.FileType.Directory and _entries(fs, path):
+        other = folder_kind(root)
+        if other not in (None, kind):
+            raise ValueError(f"{root} is a {other} folder, not a {kind} folder: give another --name")
+        return
+    fs.create_dir(path, recursive=True)
+    with fs.open_output_stream(f"{path}/{MARKER}") as f:
+        f.write(json.dumps({"kind": kind, "made_by": "hlgt"}).encode("utf-8") + b"\n")
+
+
+def check_owned(root: str, kind: str, flag: str) -> None:
+    """``ValueError`` unless ``root`` is missing, empty, or a folder of ``kind`` that the project made."""
+    fs, path, found, pafs = _info(root)
+    if found == pafs.FileType.NotFound or found == pafs.FileType.Directory and not _entries(fs, path):
+        return
+    if found != pafs.FileType.Directory:
+        raise NotADirectoryError(f"{root} is a file, not a {kind} folder: {flag} removes only what the project made")
+    have = folder_kind(root)
+    if have == kind:
+        return
+    made = f"is a {have} folder" if have else f"has no {MARKER} file (made by hand, or by an earlier version)"
+    raise ValueError(f"{flag} removes only a {kind} folder the project made, and {root} {made}: if it should go, "
+                     f"remove it by hand (rm -r {root}), then run again")
+
+
+def remove_owned(root: str, kind: str, flag: str) -> bool:
+    """Delete ``root`` when it is a folder of ``kind`` that the project made (``check_owned``);
+    False when there was nothing to delete."""
+    check_owned(root, kind, flag)
+    fs, path, found, pafs = _info(root)
+    if found == pafs.FileType.NotFound:
+        return False
+    fs.delete_dir(path)
+    return True
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def replacing(path: str | Path, binary: bool = False) -> Iterator[IO]:
+    """A file to write that replaces ``path`` whole when the block ends: a unique temporary file in
+    ``path``'s folder, renamed over it; removed when the block fails. An ``OSError`` without a file
+    name (a full disk) is raised again naming ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # as open() makes a file, not mkstemp's 0600
+            yield f
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            raise OSError(e.errno, f"{e.strerror} (writing {path})") from e
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """``text`` as the whole of ``path`` (UTF-8), through ``replacing``."""
+    with replacing(path) as f:
+        f.write(text)
+    return Path(path)

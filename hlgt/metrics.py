@@ -1,0 +1,32 @@
+"""Metric names, defined once: every reporter (console, Ray, Tune, W&B, results table) uses
+these spellings."""
+
+TRAIN_LOSS = "train/loss"
+TRAIN_TREE_LOSS = "train/tree_loss"
+TRAIN_COM_LOSS = "train/com_loss"
+TRAIN_PROBLEMS_PER_S = "train/problems_per_s"
+TRAIN_GRAD_NORM_MAX = "train/grad_norm_max"  # the epoch's largest global gradient norm, before clipping
+# The model's parts (``Solver.parts``) and the encoder's activations (``Solver.forward``'s scales):
+# every epoch reports each part's largest gradient norm and each activation's mean scale.
+MODEL_PARTS = ("embedding", "word_gru", "seq_gru", "graph", "fusion", "decoder", "comparison")
+ACTIVATIONS = ("h_b", "h_seq", "h_str", "memory")
+
+
+def grad_norm_metric(part: str) -> str:
+    """The epoch's largest gradient norm of one model part, before clipping."""
+    return f"grad_norm_max/{part}"
+
+
+def scale_metric(activation: str) -> str:
+    """An activation's standard deviation over the real tokens of a batch, averaged over the epoch."""
+    return f"scale/{activation}"
+
+
+VAL_VALUE_ACC = "val/value_acc"
+VAL_EQUATION_ACC = "val/equation_acc"
+VAL_TREE_LOSS = "val/tree_loss"  # teacher-forced, in eval mode: what training minimises, on validation
+TEST_VALUE_ACC = "test/value_acc"
+TEST_EQUATION_ACC = "test/equation_acc"
+EPOCH = "epoch"
+BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
+LR = "train/lr"
