@@ -3,14 +3,17 @@
 Every page carries a marker in its head (``MARKER``). A page file is new, or a file that carries
 the marker; a folder of pages (``PageFolder``) is new, or holds only HTML files that carry it, and
 a new set of pages replaces them. Both are checked before any work, so that a path that cannot
-take the pages is one line at once, not an error after the decoding. A page is written whole (a
-temporary file renamed over it), and one command at a time writes a folder.
+take the pages is one line at once, not an error after the decoding. A page is written whole
+(``hlgt.files.write_text``: a unique temporary file renamed over it), and one command at a time
+writes a folder.
 """
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+
+from hlgt.files import write_text
 
 GENERATOR = "hlgt.explain"
 MARKER = f'<meta name="generator" content="{GENERATOR}">'
@@ -64,14 +67,6 @@ def check_page_folder(path: str | os.PathLike, option: str = "--explain-dir") ->
     return path
 
 
-def write_page(path: Path, text: str) -> Path:
-    """Write a page whole (a temporary file renamed over it): a reader never sees half a page."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
 class PageFolder:
     """A folder of pages and its ``index.html``, written by one command at a time (a second is
     refused while the first writes). Checked when made (``check_page_folder``); on entering, the
@@ -104,9 +99,9 @@ class PageFolder:
     def add(self, problem_id: str, text: str) -> str:
         """Write one problem's page; its file name, unique in the folder."""
         name = f"{len(self.pages) + 1:04d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', str(problem_id))[:48]}.html"
-        write_page(self.path / name, text)
+        write_text(self.path / name, text)
         self.pages.append(name)
         return name
 
     def index(self, text: str) -> Path:
-        return write_page(self.path / "index.html", text)
+        return write_text(self.path / "index.html", text)

@@ -46,10 +46,10 @@ from hlgt.data.numbers import Example, extract_quantities
 from hlgt.data.problems import MAX_NOTES, UniqueIds, guess_lang, unreadable
 from hlgt.data.splits import LANGS
 from hlgt.data.schema import to_row
-from hlgt.data.srl import make_annotator
+from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
 from hlgt.expr import ExprError, eval_prefix
-from hlgt.files import replacing
+from hlgt.files import replacing, write_text
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
 MAX_TEXT_CHARS = 20 * MAX_TOKENS
@@ -165,7 +165,7 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     read of it; the ``ValueError`` saying why follows."""
     from hlgt import explain
     from hlgt.inference import load_model, run_config
-    from hlgt.pages import check_page_file, write_page
+    from hlgt.pages import check_page_file
 
     page = check_page_file(page)
     flat = run_config(model_dir)
@@ -173,16 +173,16 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     about = explain.about_model(model_dir, flat)
     try:
         row = problem_row(text, lang, annotate)
-    except ValueError as error:
+    except (ValueError, AnnotationError) as error:
         row, no_graph = partial_row(text, lang, annotate)
         notice = f"{error}; {no_graph}" if no_graph else str(error)
-        write_page(page, explain.page(row, flat["data.graph"], notice=notice, about=about,
-                                              line_graph=flat["model.line_graph"]))
+        write_text(page, explain.page(row, flat["data.graph"], notice=notice, about=about,
+                                      line_graph=flat["model.line_graph"]))
         raise ValueError(f"{error} (the page {page} shows what could be read)") from None
     solver, flat = load_model(model_dir)
     decoded = explain.decode(solver, row, flat["data.graph"], beam_size)
-    write_page(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
-                                          line_graph=flat["model.line_graph"]))
+    write_text(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
+                                  line_graph=flat["model.line_graph"]))
     return solution(row, decoded.candidates[0][0] if decoded.candidates else [])
 
 

@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain is not None and (args.out is None or len(args.dataset or []) != 1):
         parser.error("--explain ID draws one problem: give one --dataset and the page's --out file")
     if args.explain is not None:
-        return explain_problem(args)
+        done = explain_problem(args.dataset[0], args.explain, args.out, args.data_dir, args.split,
+                               args.annotator or "offline", args.annotator_model or "", args.graph or "srl")
+        print(f"[report] {done}")
+        return 0
     folds = list(range(MAWPS_N_FOLDS)) if args.fold == "all" else [int(args.fold)]
     data_dir = resolve_data_dir(args.data_dir)
     datasets = args.dataset or list(DATASETS)
@@ -157,27 +160,27 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def explain_problem(args) -> int:
-    """``--explain``: the page of one problem, straight from its raw file."""
+def explain_problem(dataset: str, problem_id: str, out: str, data_dir: str | None = None, split: str | None = None,
+                    annotator: str = "offline", annotator_model: str = "", graph: str = "srl") -> str:
+    """The page of one problem, straight from its raw file, with ``annotator`` and no model
+    (``hlgt.explain.data_page``); the page's file is checked before anything is read. Returns a
+    line saying what was written."""
     from hlgt.data.srl import AnnotatorLoadError, make_annotator
     from hlgt.explain import data_page
-    from hlgt.pages import check_page_file, write_page
+    from hlgt.files import write_text
+    from hlgt.pages import check_page_file
 
-    page = check_page_file(args.out, "--out")
-    dataset, name = args.dataset[0], args.annotator or "offline"
-    annotator = make_annotator(name, args.annotator_model or "")
+    page = check_page_file(out, "--out")
+    annotate = make_annotator(annotator, annotator_model)
     try:
-        if hasattr(annotator, "load"):
-            annotator.load()
+        getattr(annotate, "load", lambda: None)()
     except AnnotatorLoadError as error:
-        raise ValueError(f"--annotator {name}: {error}") from None
-    problem, split = find_problem(dataset, args.explain, resolve_data_dir(args.data_dir),
-                                  (args.split,) if args.split else SPLITS)
-    about = [("data", f"{dataset}, the {split} file {problem.source}"), ("annotator", name),
+        raise ValueError(f"--annotator {annotator}: {error}") from None
+    problem, found_in = find_problem(dataset, problem_id, resolve_data_dir(data_dir), (split,) if split else SPLITS)
+    about = [("data", f"{dataset}, the {found_in} file {problem.source}"), ("annotator", annotator),
              ("model", "none: the graph as the data pipeline builds it")]
-    write_page(page, data_page(problem, annotator, args.graph or "srl", about))
-    print(f"[report] problem {problem.id} of {dataset} ({split}) -> {page}")
-    return 0
+    write_text(page, data_page(problem, annotate, graph, about))
+    return f"problem {problem.id} of {dataset} ({found_in}) -> {page}"
 
 
 if __name__ == "__main__":
