@@ -3,7 +3,7 @@
     python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best --file problems.jsonl --out answers.jsonl
-    python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？" --explain p.html
+    python -m hlgt.solve --model runs/sample-full-seed1/best --explain p.html "小明有3个苹果，吃了1个，还剩几个？"
     python -m hlgt.solve --model runs/sample-full-seed1/best --file problems.jsonl --explain-dir pages
 
 The path is the training path, applied to one text: tokenise as the training files are segmented
@@ -360,7 +360,8 @@ class FilePages:
                 decoded = explain.decode(solver, row, variant, beam_size)
             else:
                 row, no_graph = partial_row(request.text, lang, annotate)
-                row, notice, decoded = {**row, "id": request.id}, "; ".join(filter(None, [result["error"], no_graph])), None
+                row, decoded = {**row, "id": request.id}, None
+                notice = "; ".join(filter(None, [result["error"], no_graph]))
             html = explain.page(row, variant, decoded=decoded, notice=notice, about=self.about,
                                 line_graph=self.flat["model.line_graph"])
             outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
