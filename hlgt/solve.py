@@ -3,6 +3,8 @@
     python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best --file problems.jsonl --out answers.jsonl
+    python -m hlgt.solve --model runs/sample-full-seed1/best --explain p.html "小明有3个苹果，吃了1个，还剩几个？"
+    python -m hlgt.solve --model runs/sample-full-seed1/best --file problems.jsonl --explain-dir pages
 
 The path is the training path, applied to one text: tokenise as the training files are segmented
 (``hlgt.data.text``: Chinese through jieba, English into words, numbers and punctuation, every
@@ -14,6 +16,9 @@ read a line at a time and solved ``SOLVE_CHUNK`` lines at a time, in bounded mem
 prepared on its own (a bad line gets an error entry naming its file and line, the others go on; a
 repeated id is made unique, with a note) and decoded in batches by the evaluation decoder, with
 progress; the answers file replaces ``--out`` whole once every line is answered.
+``--explain PAGE`` (one text) and ``--explain-dir DIR`` (a file: one page per problem and
+``index.html``, written chunk by chunk as the answers are) also write the problem as the model
+sees it (``hlgt.explain``); a text the model cannot read gets a page too, saying why.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
 ``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
@@ -24,6 +29,7 @@ of problems and the command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -41,10 +47,10 @@ from hlgt.data.numbers import Example, extract_quantities
 from hlgt.data.problems import MAX_NOTES, UniqueIds, guess_lang, unreadable
 from hlgt.data.splits import LANGS
 from hlgt.data.schema import to_row
-from hlgt.data.srl import make_annotator
+from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
 from hlgt.expr import ExprError, eval_prefix
-from hlgt.storage import replacing
+from hlgt.storage import replacing, write_text
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
 MAX_TEXT_CHARS = 20 * MAX_TOKENS
@@ -83,23 +89,41 @@ def problem_row(text: str, lang: str | None, annotator) -> dict:
     return to_row(example, build_graph(example, annotator.annotate(tokens, lang)))
 
 
+def partial_row(text: str | None, lang: str | None, annotator) -> tuple[dict, str | None]:
+    """What can be read of a text that ``problem_row`` refuses, for a page that shows why: its
+    tokens and quantities (none of a text past ``MAX_TEXT_CHARS``) and its graph when one can be
+    built; the second item says why none could."""
+    from hlgt.explain import EMPTY_GRAPH, example_row
+
+    readable = isinstance(text, str) and bool(text.strip()) and len(text) <= MAX_TEXT_CHARS
+    lang = lang or (guess_lang(text) if readable else "en")
+    tokens, quantities = extract_quantities(tokenize(text, lang)) if readable else ([], [])
+    example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
+                      answer=math.nan)
+    return example_row(example, annotator) if tokens else (to_row(example, EMPTY_GRAPH), None)
+
+
 def solve_rows(solver, flat: dict, rows: list[dict], beam_size: int | None = None, progress=None) -> list[Solution]:
     """Decode prepared rows in batches (the evaluation decoder) and read each answer."""
-    from hlgt.inference import infix_with_numbers, predict
+    from hlgt.inference import predict
 
     prefixes = predict(solver, rows, solver.vocab, variant=flat["data.graph"], batch_size=64,
                        beam_size=beam_size or int(flat["model.beam_size"]), progress=progress)
-    out = []
-    for row, prefix in zip(rows, prefixes):
-        numbers = list(row["num_texts"])
-        answer, error = None, None
-        try:
-            answer = eval_prefix(prefix, list(row["num_values"]))
-        except ExprError as e:
-            error = str(e)
-        out.append(Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
-                            prefix=prefix, equation=infix_with_numbers(prefix, numbers), answer=answer, error=error))
-    return out
+    return [solution(row, prefix) for row, prefix in zip(rows, prefixes)]
+
+
+def solution(row: dict, prefix: list[str]) -> Solution:
+    """A row's answer by a prefix equation, as the user reads it."""
+    from hlgt.inference import infix_with_numbers
+
+    numbers = list(row["num_texts"])
+    answer, error = None, None
+    try:
+        answer = eval_prefix(prefix, list(row["num_values"]))
+    except ExprError as e:
+        error = str(e)
+    return Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
+                    prefix=prefix, equation=infix_with_numbers(prefix, numbers), answer=answer, error=error)
 
 
 def not_read(row: dict) -> list[str]:
@@ -133,6 +157,34 @@ def solve_text(model_dir: str | Path, text: str, lang: str | None = None, annota
     row = problem_row(text, lang or model_lang(flat), model_annotator(flat, annotator))
     solver, flat = load_model(model_dir)
     return solve_rows(solver, flat, [row], beam_size)[0]
+
+
+def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str | None = None,
+                 annotator: str | None = None, beam_size: int | None = None) -> Solution:
+    """``solve_text``, and the problem as the model sees it written to the page ``page`` (checked
+    before anything else). A text the model cannot read still gets its page, from what could be
+    read of it; the ``ValueError`` saying why follows."""
+    from hlgt import explain
+    from hlgt.inference import load_model, run_config
+    from hlgt.pages import check_page_file
+
+    page = check_page_file(page)
+    flat = run_config(model_dir)
+    lang, annotate = lang or model_lang(flat), model_annotator(flat, annotator)
+    about = explain.about_model(model_dir, flat)
+    try:
+        row = problem_row(text, lang, annotate)
+    except (ValueError, AnnotationError) as error:
+        row, no_graph = partial_row(text, lang, annotate)
+        notice = f"{error}; {no_graph}" if no_graph else str(error)
+        write_text(page, explain.page(row, flat["data.graph"], notice=notice, about=about,
+                                      line_graph=flat["model.line_graph"]))
+        raise ValueError(f"{error} (the page {page} shows what could be read)") from None
+    solver, flat = load_model(model_dir)
+    decoded = explain.decode(solver, row, flat["data.graph"], beam_size)
+    write_text(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
+                                  line_graph=flat["model.line_graph"]))
+    return solution(row, decoded.candidates[0][0] if decoded.candidates else [])
 
 
 @dataclass(frozen=True)
@@ -203,56 +255,118 @@ def check_out(in_path: str | Path, out_path: str | Path) -> None:
         raise PermissionError(f"--out {out_path}: the folder {out.parent} is not writable")
 
 
-def solve_requests(solver, flat: dict, requests: list[Request], annotator, lang: str | None,
-                   beam_size: int | None = None) -> list[dict]:
-    """The answer entries of some requests, in their order: id, equation and answer, or id and error."""
-    from hlgt.inference import format_answer
-
+def prepare_requests(requests: list[Request], annotator, lang: str | None) -> tuple[list[dict], dict[int, dict]]:
+    """The answer entries of some requests begun (id, or id and error) and the rows of those that
+    can be solved, by their place among the requests."""
     results: list[dict] = []
-    rows, slots = [], []
-    for request in requests:
+    rows: dict[int, dict] = {}
+    for k, request in enumerate(requests):
         error = request.error
         if error is None:
             try:
-                rows.append(problem_row(request.text, lang, annotator))
-                slots.append(len(results))
+                rows[k] = problem_row(request.text, lang, annotator)
             except Exception as e:  # one bad line must not end a file of 100,000
                 error = f"{request.where}: {e if isinstance(e, ValueError) else f'{type(e).__name__}: {e}'}"
         results.append({"id": request.id, "error": error} if error else {"id": request.id})
-    for slot, s in zip(slots, solve_rows(solver, flat, rows, beam_size) if rows else []):
-        results[slot].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
+    return results, rows
+
+
+def answer_rows(solver, flat: dict, results: list[dict], rows: dict[int, dict], beam_size: int | None = None) -> None:
+    """Decode the prepared rows and complete their entries: equation and answer, or the error."""
+    from hlgt.inference import format_answer
+
+    for k, s in zip(rows, solve_rows(solver, flat, list(rows.values()), beam_size) if rows else []):
+        results[k].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
         if s.not_read:
-            results[slot]["not_read"] = s.not_read
+            results[k]["not_read"] = s.not_read
         if s.error is not None:
-            results[slot]["error"] = f"the equation does not evaluate: {s.error}"
+            results[k]["error"] = f"the equation does not evaluate: {s.error}"
+
+
+def solve_requests(solver, flat: dict, requests: list[Request], annotator, lang: str | None,
+                   beam_size: int | None = None) -> list[dict]:
+    """The answer entries of some requests, in their order: id, equation and answer, or id and error."""
+    results, rows = prepare_requests(requests, annotator, lang)
+    answer_rows(solver, flat, results, rows, beam_size)
     return results
 
 
-def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path, lang: str | None = None,
-               annotator: str | None = None, beam_size: int | None = None,
-               notes: list[str] | None = None) -> tuple[int, int]:
+def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path | None = None,
+               lang: str | None = None, annotator: str | None = None, beam_size: int | None = None,
+               notes: list[str] | None = None, explain_dir: str | Path | None = None) -> tuple[int, int]:
     """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
-    order: id, equation and answer, or id and error), ``SOLVE_CHUNK`` lines at a time, so that a
-    file of any size is solved in bounded memory; ``out_path`` is replaced when all are written.
-    Returns (solved, errors); notes about lines go to ``notes``."""
+    order: id, equation and answer, or id and error) and/or ``explain_dir`` (one page per problem
+    and an index, ``FilePages``), ``SOLVE_CHUNK`` lines at a time, so that a file of any size is
+    solved in bounded memory; ``out_path`` is replaced when all are written. Both paths are checked
+    before any work. Returns (solved, errors); notes about lines go to ``notes``."""
     from hlgt.inference import load_model
 
-    check_out(in_path, out_path)
+    if out_path is None and explain_dir is None:
+        raise ValueError("solving a file needs an --out file or an --explain-dir folder")
+    if out_path is not None:
+        check_out(in_path, out_path)
+    pages = FilePages(explain_dir) if explain_dir is not None else None
     requests = read_requests(in_path, notes)
     solver, flat = load_model(model_dir)
     annotate = model_annotator(flat, annotator)
     getattr(annotate, "load", lambda: None)()  # a model that cannot load fails once, before any line
     lang = lang or model_lang(flat)
     progress, done, errors = Progress(None, "solve"), 0, 0
-    with replacing(out_path) as out:
+    with (replacing(out_path) if out_path is not None else contextlib.nullcontext()) as out, \
+            (pages.open(model_dir, flat) if pages is not None else contextlib.nullcontext()):
         while chunk := list(itertools.islice(requests, SOLVE_CHUNK)):
-            for result in solve_requests(solver, flat, chunk, annotate, lang, beam_size):
-                out.write(json.dumps(result, ensure_ascii=False) + "\n")
-                errors += "error" in result
+            results, rows = prepare_requests(chunk, annotate, lang)
+            answer_rows(solver, flat, results, rows, beam_size)
+            if out is not None:
+                out.write("".join(json.dumps(result, ensure_ascii=False) + "\n" for result in results))
+            if pages is not None:
+                pages.add(solver, chunk, results, rows, lang, annotate, beam_size)
+            errors += sum("error" in result for result in results)
             done += len(chunk)
             progress.update(done)
     progress.end()
     return done - errors, errors
+
+
+class FilePages:
+    """A ``--file``'s pages (``--explain-dir``): one per request, a refused one's from what could
+    be read of it under its error, added chunk by chunk, and the index once the file is read. The
+    folder (``hlgt.pages.PageFolder``) is checked when this is made, before any work."""
+
+    def __init__(self, folder: str | Path):
+        from hlgt.pages import PageFolder
+
+        self.folder = PageFolder(folder)
+        self.entries: list[tuple[str, list[str]]] = []
+
+    @contextlib.contextmanager
+    def open(self, model_dir: str | Path, flat: dict) -> Iterator[FilePages]:
+        from hlgt import explain
+
+        self.flat, self.about = flat, explain.about_model(model_dir, flat)
+        with self.folder:
+            yield self
+            self.folder.index(explain.index_page(
+                f"{len(self.entries)} problems of a file", ["id", "text", "equation (answer) or error"],
+                self.entries, about=self.about))
+
+    def add(self, solver, requests: list[Request], results: list[dict], rows: dict[int, dict], lang: str | None,
+            annotate, beam_size: int | None) -> None:
+        from hlgt import explain
+
+        variant = self.flat["data.graph"]
+        for k, (request, result) in enumerate(zip(requests, results)):
+            if k in rows:
+                row, notice = {**rows[k], "id": request.id}, None
+                decoded = explain.decode(solver, row, variant, beam_size)
+            else:
+                row, no_graph = partial_row(request.text, lang, annotate)
+                row, decoded = {**row, "id": request.id}, None
+                notice = "; ".join(filter(None, [result["error"], no_graph]))
+            html = explain.page(row, variant, decoded=decoded, notice=notice, about=self.about,
+                                line_graph=self.flat["model.line_graph"])
+            outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
+            self.entries.append((self.folder.add(request.id, html), [request.id, (request.text or "")[:120], outcome]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,19 +377,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: the model's dataset's; for the sample data's, guessed from each text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
     p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
-    p.add_argument("--file", default=None, help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out)")
+    p.add_argument("--file", default=None,
+                   help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir)")
     p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
+    p.add_argument("--explain", default=None, metavar="PAGE",
+                   help="also write the problem text as the model sees it to this HTML page (hlgt.explain)")
+    p.add_argument("--explain-dir", default=None, metavar="DIR",
+                   help="with --file: one such page per problem, and index.html, in this folder")
     p.add_argument("text", nargs="*", help="the problem text")
     args = p.parse_args(argv)
     if args.text and (args.file or args.out):
         p.error("--file and --out go together, for a file of problems: give them or a problem text")
-    if not args.text and not (args.file and args.out):
-        p.error("give a problem text, or --file FILE with --out FILE")
+    if args.text and args.explain_dir:
+        p.error("--explain-dir writes a page per problem of a --file; for a problem text, --explain PAGE")
+    if args.file and args.explain:
+        p.error("--explain writes the page of one problem text; for a --file, --explain-dir DIR")
+    if not args.text and not (args.file and (args.out or args.explain_dir)):
+        p.error("give a problem text, or --file FILE with --out FILE (and/or --explain-dir DIR)")
     if args.file:
         notes: list[str] = []
         solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,
-                                    beam_size=args.beam_size, notes=notes)
-        print(f"[solve] {solved} solved, {errors} with an error -> {args.out}")
+                                    beam_size=args.beam_size, notes=notes, explain_dir=args.explain_dir)
+        where = " and ".join(filter(None, [args.out, args.explain_dir and str(Path(args.explain_dir) / "index.html")]))
+        print(f"[solve] {solved} solved, {errors} with an error -> {where}")
         for note in notes[:MAX_NOTES]:
             print(f"[solve] note: {note}")
         if len(notes) > MAX_NOTES:
@@ -283,12 +407,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from hlgt.inference import format_answer  # after parsing: see solve_text
 
-    s = solve_text(args.model, " ".join(args.text), lang=args.lang, annotator=args.annotator, beam_size=args.beam_size)
+    text = " ".join(args.text)
+    settings = {"lang": args.lang, "annotator": args.annotator, "beam_size": args.beam_size}
+    s = (explain_text(args.model, text, args.explain, **settings) if args.explain
+         else solve_text(args.model, text, **settings))
     print(f"tokens:   {' '.join(s.tokens)}")
     print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")
     if s.not_read:
         print(f"not read: {', '.join(s.not_read)} (digits, but no quantity the model can use)")
     print(f"equation: x = {s.equation}")
+    if args.explain:
+        print(f"page:     {args.explain}")
     if s.error is not None:
         print(f"answer:   none (the equation does not evaluate: {s.error})")
         return 2

@@ -237,6 +237,27 @@ def test_problem_vector_uses_last_real_token(arm):
         torch.testing.assert_close(alone.h_b[0], out[0, :, :HID] + out[0, :, HID:], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("arm", ["hlgt", "hlgt_no_node_type", "hlgt_no_line_graph"])
+def test_attention_is_kept_only_when_asked_and_changes_nothing(arm):
+    enc = make_encoder(**ARMS[arm]).eval()
+    batch = make_batch([problem(1, 9, 6, 12), problem(2, 7, 5, 9)])
+    plain, seen = enc(batch), enc(batch, return_attention=True)
+    assert plain.attention is None and torch.equal(seen.tokens, plain.tokens)
+    assert len(seen.attention) == 2 and all(conv._alpha is None for conv in enc.graph.node_layers)
+    E = batch.edge_index.size(1)
+    into = torch.bincount(batch.edge_index[1], minlength=batch.node_pos.numel()) > 0
+    for alpha in seen.attention:  # each layer's softmax over the edges into a node, per head
+        assert alpha.shape == (E, HEADS)
+        sums = torch.zeros(batch.node_pos.numel(), HEADS).index_add_(0, batch.edge_index[1], alpha)
+        torch.testing.assert_close(sums[into], torch.ones(int(into.sum()), HEADS))
+
+
+@pytest.mark.parametrize("arm", ["hgt", "rgat", "none"])
+def test_other_encoders_have_no_attention_to_return(arm):
+    enc = make_encoder(**ARMS[arm]).eval()
+    assert enc(make_batch([problem(1, 9, 6, 12)]), return_attention=True).attention is None
+
+
 def test_reset_parameters_is_seeded():
     enc = make_encoder()
     torch.manual_seed(7)

@@ -266,6 +266,46 @@ def reference_beam(dec, inputs, b: int, K: int, max_len: int) -> list[int]:
     return max((beam for beam in beams if not beam[1]), key=lambda beam: beam[0])[3]
 
 
+def reference_score(dec, inputs, b: int, tokens: list[int]) -> float:
+    """The log-probability of one prefix, step by step as ``reference_beam`` scores its beams."""
+    one = {k: v[b : b + 1] for k, v in inputs.items() if k not in ("target", "target_mask")}
+    src = dec.sources(one["memory"], one["mask"], one["num_pos"], one["num_mask"])
+    nodes, trees, score, zero = [one["problem"]], [], 0.0, torch.zeros(1, dtype=torch.long)
+    for token in tokens:
+        node = nodes.pop()
+        left = trees[-1][1] if trees and trees[-1][0] == "tree" else None
+        goal = dec.left_goal(node) if left is None else dec.right_goal(left, node)
+        logits, context = dec.predict(goal, zero, src)
+        score += torch.log_softmax(logits, -1)[0, token].item()
+        if token < N_OPS:
+            l, r = dec.child_nodes(goal, context, torch.tensor([token]))
+            nodes += [r, l]
+            trees.append(("op", token))
+        else:
+            current = src.cands[:, token - N_OPS]
+            while trees and trees[-1][0] == "tree":
+                sub_tree = trees.pop()[1]
+                current = dec.merge_tree(torch.tensor([trees.pop()[1]]), sub_tree, current)
+            trees.append(("tree", current))
+    return score
+
+
+@pytest.mark.parametrize("K", [1, 3, 5])
+def test_beam_candidates_are_the_finished_beams_best_first_with_their_scores(K):
+    dec = decoder(H=16, C=2, seed=5)
+    inputs, _, nqs, _ = make_batch(7, B=10, H=16, n_consts=2)
+    inputs["memory"] *= 2
+    args = [inputs[k] for k in ("memory", "mask", "problem", "num_pos", "num_mask")]
+    best, found = dec.beam_search(*args, beam_size=K), dec.beam_candidates(*args, beam_size=K)
+    for b in range(10):
+        assert 1 <= len(found[b]) <= K and found[b][0][0] == best[b]
+        scores = [score for _, score in found[b]]
+        assert scores == sorted(scores, reverse=True) and len({tuple(t) for t, _ in found[b]}) == len(found[b])
+        for tokens, score in found[b]:
+            assert parses(tokens, 2, nqs[b])
+            assert score == pytest.approx(reference_score(dec, inputs, b, tokens), abs=1e-4)
+
+
 def greedy(dec, inputs, b: int, max_len: int) -> list[int]:
     return reference_beam(dec, inputs, b, 1, max_len)
 

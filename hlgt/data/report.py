@@ -2,6 +2,8 @@
 
     python -m hlgt.data.report --data-dir ../shared/datasets [--dataset NAME ...] [--fold K|all]
         [--mawps-folds grouped|graph2tree|graph2tree-1921]
+    python -m hlgt.data.report --dataset math23k --explain ID --out page.html [--split S]
+        [--annotator offline|ltp|hanlp] [--annotator-model M] [--graph srl|parse|quantity_cell]
 
 For every split it prints the records in the file(s), the reader's skips by reason (the first
 few named by file and line), the problems read, the problems kept (and their share of those
@@ -14,6 +16,10 @@ valid file when train.ape.json is absent (valid and test rows need constants lea
 training file, so they are printed only when it is present). A missing file is a printed line, not a failure; the exit
 status is 0 unless the data folder does not exist (2) or a dataset named with ``--dataset`` has
 no readable split at all (1).
+
+``--explain ID`` draws one problem instead, straight from its raw file, with the annotator given
+(``hlgt.explain.data_page``: its tokens and quantities, its gold equation and the graph, as an
+HTML page): an annotator can be judged before anything is trained.
 """
 from __future__ import annotations
 
@@ -26,8 +32,10 @@ from pathlib import Path
 from hlgt.commands.cli import non_negative_int, positive_int
 from hlgt.data.clean import DROP_REASONS, MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import ReadResult
-from hlgt.data.splits import (DATASETS, MAWPS_FOLD_FILES, MAWPS_N_FOLDS, SPLITS, read_split, resolve_data_dir,
-                               split_paths, text_key)
+from hlgt.data.graph import GRAPH_VARIANTS
+from hlgt.data.splits import (DATASETS, MAWPS_FOLD_FILES, MAWPS_N_FOLDS, SPLITS, find_problem, read_split,
+                               resolve_data_dir, split_paths, text_key)
+from hlgt.data.srl import ANNOTATORS
 
 
 def _reasons(counter: collections.Counter) -> str:
@@ -114,7 +122,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-const-freq", type=non_negative_int, default=5,
                         help="a constant is kept when seen in >= N training equations")
     parser.add_argument("--max-tokens", type=positive_int, default=MAX_TOKENS, help="longer problems are dropped, in every split")
+    explaining = parser.add_argument_group("one problem as a page, instead of the report")
+    explaining.add_argument("--explain", default=None, metavar="ID",
+                            help="draw the problem of this id (one --dataset) from its raw file as an HTML page")
+    explaining.add_argument("--out", default=None, metavar="PAGE", help="the page's file")
+    explaining.add_argument("--split", default=None, choices=list(SPLITS), help="look in this split's file only")
+    explaining.add_argument("--annotator", default=None, choices=list(ANNOTATORS), help="default: offline")
+    explaining.add_argument("--annotator-model", default=None, help="hub id or local folder for ltp / hanlp")
+    explaining.add_argument("--graph", default=None, choices=sorted(GRAPH_VARIANTS),
+                            help="the graph arm drawn (data.graph; default srl)")
     args = parser.parse_args(argv)
+    page_flags = [f for f, v in (("--out", args.out), ("--split", args.split), ("--annotator", args.annotator),
+                                 ("--annotator-model", args.annotator_model), ("--graph", args.graph)) if v is not None]
+    if args.explain is None and page_flags:
+        parser.error(f"{', '.join(page_flags)}: only with --explain ID")
+    if args.explain is not None and (args.out is None or len(args.dataset or []) != 1):
+        parser.error("--explain ID draws one problem: give one --dataset and the page's --out file")
+    if args.explain is not None:
+        done = explain_problem(args.dataset[0], args.explain, args.out, args.data_dir, args.split,
+                               args.annotator or "offline", args.annotator_model or "", args.graph or "srl")
+        print(f"[report] {done}")
+        return 0
     folds = list(range(MAWPS_N_FOLDS)) if args.fold == "all" else [int(args.fold)]
     data_dir = resolve_data_dir(args.data_dir)
     datasets = args.dataset or list(DATASETS)
@@ -130,6 +158,29 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return status
+
+
+def explain_problem(dataset: str, problem_id: str, out: str, data_dir: str | None = None, split: str | None = None,
+                    annotator: str = "offline", annotator_model: str = "", graph: str = "srl") -> str:
+    """The page of one problem, straight from its raw file, with ``annotator`` and no model
+    (``hlgt.explain.data_page``); the page's file is checked before anything is read. Returns a
+    line saying what was written."""
+    from hlgt.data.srl import AnnotatorLoadError, make_annotator
+    from hlgt.explain import data_page
+    from hlgt.storage import write_text
+    from hlgt.pages import check_page_file
+
+    page = check_page_file(out, "--out")
+    annotate = make_annotator(annotator, annotator_model)
+    try:
+        getattr(annotate, "load", lambda: None)()
+    except AnnotatorLoadError as error:
+        raise ValueError(f"--annotator {annotator}: {error}") from None
+    problem, found_in = find_problem(dataset, problem_id, resolve_data_dir(data_dir), (split,) if split else SPLITS)
+    about = [("data", f"{dataset}, the {found_in} file {problem.source}"), ("annotator", annotator),
+             ("model", "none: the graph as the data pipeline builds it")]
+    write_text(page, data_page(problem, annotate, graph, about))
+    return f"problem {problem.id} of {dataset} ({found_in}) -> {page}"
 
 
 if __name__ == "__main__":

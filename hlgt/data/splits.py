@@ -45,7 +45,7 @@ from pathlib import Path
 
 from hlgt.config import MAWPS_FOLD_SCHEMES, MAWPS_N_FOLDS, default_data_dir
 from hlgt.data.clean import MAX_TOKENS, CleanResult, clean_split
-from hlgt.data.problems import Problem, ReadResult, read_problems
+from hlgt.data.problems import Problem, ReadResult, iter_problems, read_problems
 
 DATASETS = ("math23k", "mawps", "ape210k", "sample")
 SAMPLE_LANGS = {"sample": ("zh", "en"), "sample_zh": ("zh",), "sample_en": ("en",)}
@@ -145,6 +145,26 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
         skipped = whole.skipped + collections.Counter({OUTSIDE_THE_FOLDS: len(by_split["outside"])})
         notes = whole.notes
     return ReadResult(problems=problems, skipped=skipped, records=len(problems) + sum(skipped.values()), notes=notes)
+
+
+def find_problem(dataset: str, problem_id: str, data_dir: str | Path | None = None,
+                 splits: tuple[str, ...] = SPLITS) -> tuple[Problem, str]:
+    """The problem of ``dataset`` with this id, read from its raw file, and the split whose file
+    holds it (MAWPS: its one file, whatever the fold). ``KeyError`` when no file of ``splits``
+    holds it; a file of theirs that is missing is an error naming it."""
+    read: set[Path] = set()
+    for split in splits:
+        _check(dataset, split, 0)
+        langs = SAMPLE_LANGS.get(dataset, (LANGS.get(dataset),))
+        for path, lang in zip(split_paths(dataset, split, data_dir), langs):
+            if path in read:
+                continue
+            read.add(path)
+            _require(path, dataset, split)
+            for problem in iter_problems(path, ReadResult(problems=[]), lang):  # a large file is never held whole
+                if problem.id == problem_id:
+                    return problem, split
+    raise KeyError(f"no problem with id {problem_id!r} in the {dataset} files of {', '.join(splits)}")
 
 
 def load_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0) -> list[Problem]:

@@ -64,6 +64,9 @@ class EncoderOutput:
     h_b: Tensor      # [B, T, H] word representations (eq. 3)
     problem: Tensor  # [B, H] GTS problem vector (final forward + final backward state)
     mask: Tensor     # [B, T] True on real tokens
+    # Asked for (``return_attention``) of the "hlgt" arm: each HLGT layer's node attention, [E, M]
+    # per edge of batch.edge_index and head (HLGTConv's a_ij for the edge j -> i); None otherwise.
+    attention: list[Tensor] | None = None
 
     def scales(self) -> dict[str, Tensor]:
         """Standard deviation of each activation's elements over the real tokens, detached, with no
@@ -118,9 +121,11 @@ class Encoder(nn.Module):
         if self.kind != "none":
             nn.init.constant_(self.fusion[1].weight, FUSION_GAIN)
 
-    def forward(self, batch: Batch, low_precision: bool = False) -> EncoderOutput:
-        """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``)."""
-        return self.after_recurrence(batch, self.recurrence(batch, low_precision=low_precision))
+    def forward(self, batch: Batch, low_precision: bool = False, return_attention: bool = False) -> EncoderOutput:
+        """``low_precision``: bfloat16 products in the CPU GRUs (inference only, see ``gru.py``);
+        ``return_attention``: keep the HLGT layers' attention (``EncoderOutput.attention``)."""
+        return self.after_recurrence(batch, self.recurrence(batch, low_precision=low_precision),
+                                     return_attention=return_attention)
 
     def recurrence(self, batch: Batch, packing: Packing | None = None, low_precision: bool = False) -> tuple[Tensor, ...]:
         """The BiGRUs, which run over each batch's own lengths: (h_b [B, T, H], problem [B, H]),
@@ -139,7 +144,7 @@ class Encoder(nn.Module):
         return h_b, h_n[0] + h_n[1], h_seq
 
     def after_recurrence(self, batch: Batch, states: tuple[Tensor, ...],
-                         graph_layout: GraphLayout | None = None) -> EncoderOutput:
+                         graph_layout: GraphLayout | None = None, return_attention: bool = False) -> EncoderOutput:
         """The rest of the encoder over ``recurrence``'s states: shapes that depend only on the
         batch's padded sizes (``Solver.plan`` with a ``Shape``). ``graph_layout``: the HLGT layers'
         layout made beforehand (``Solver.plan``), else here."""
@@ -148,10 +153,10 @@ class Encoder(nn.Module):
         mask = torch.arange(T, device=h_b.device) < batch.lengths.unsqueeze(1)    # [B, T]
         if self.kind == "none":
             return EncoderOutput(tokens=h_b, h_f=h_b, h_b=h_b, problem=problem, mask=mask)
-        h_str = self._structure(h_b, batch, graph_layout)                         # [B, T, H]
+        h_str, attention = self._structure(h_b, batch, graph_layout, return_attention)  # [B, T, H]
         h_f = torch.cat([states[2], h_str], dim=-1)                               # [B, T, 2H] [h_seq : h_str]
         memory = h_b + self.fusion(h_f)                                           # [B, T, H]
-        return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=problem, mask=mask)
+        return EncoderOutput(tokens=memory, h_f=h_f, h_b=h_b, problem=problem, mask=mask, attention=attention)
 
     def graph_layout(self, batch: Batch, group_sizes: tuple[int, ...] | None = None) -> GraphLayout | None:
         """The HLGT layers' ``GraphLayout`` of the batch's graph (its type groups padded to
@@ -163,21 +168,28 @@ class Encoder(nn.Module):
     def _node_type(self, batch: Batch) -> Tensor:
         return batch.node_type if self.num_node_types > 1 else torch.zeros_like(batch.node_type)
 
-    def _structure(self, h_b: Tensor, batch: Batch, graph_layout: GraphLayout | None) -> Tensor:
-        """h_b [B, T, H] -> h_str [B, T, H]: graph layers over the nodes, scattered back to tokens."""
+    def _structure(self, h_b: Tensor, batch: Batch, graph_layout: GraphLayout | None,
+                   return_attention: bool = False) -> tuple[Tensor, list | None]:
+        """h_b [B, T, H] -> (h_str [B, T, H], the HLGT layers' attention when asked, else None):
+        graph layers over the nodes, scattered back to tokens."""
         B, T, H = h_b.shape
         # Row B*T, after the tokens, is where a padding node (node_batch B) reads and writes.
         flat = torch.cat([h_b.reshape(B * T, H), h_b.new_zeros(1, H)])           # [B*T+1, H]
         row = batch.node_batch * T + batch.node_pos                               # [N]
         h0 = self.dropout(flat.index_select(0, row))                              # [N, H]
         graph = (h0, self._node_type(batch), batch.edge_index, batch.edge_type, batch.line_index)
-        h = (self.graph(*graph, layout=graph_layout) if self.kind == "hlgt"
-             else self.graph(*graph))                                             # [N, H]
+        attention = None
+        if self.kind != "hlgt":
+            h = self.graph(*graph)                                                # [N, H]
+        elif return_attention:
+            h, attention = self.graph(*graph, layout=graph_layout, return_attention=True)
+        else:
+            h = self.graph(*graph, layout=graph_layout)                           # [N, H]
         count = torch.zeros(B * T + 1, 1, dtype=h.dtype, device=h.device).index_add_(
             0, row, torch.ones(len(row), 1, dtype=h.dtype, device=h.device))      # [B*T+1, 1] nodes per token
         summed = torch.zeros_like(flat).index_add(0, row, h)                      # [B*T+1, H]
         h_str = torch.where(count > 0, summed / count.clamp(min=1), flat)         # [B*T+1, H]
-        return h_str[: B * T].view(B, T, H)
+        return h_str[: B * T].view(B, T, H), attention
 
 
 class HLGTGraphEncoder(nn.Module):
@@ -199,19 +211,23 @@ class HLGTGraphEncoder(nn.Module):
         return GraphLayout.of(edge_index, node_type, self.num_node_types, group_sizes)
 
     def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
-                line_index: Tensor, layout: GraphLayout | None = None) -> Tensor:
-        """layout: ``self.layout(node_type, edge_index)``, made here when not given."""
+                line_index: Tensor, layout: GraphLayout | None = None, return_attention: bool = False):
+        """-> x [N, H], and with ``return_attention`` each node layer's attention ([E, M] per
+        layer, HLGTConv's). layout: ``self.layout(node_type, edge_index)``, made here when not given."""
         layout = layout if layout is not None else self.layout(node_type, edge_index)
         static = self.edge_embedding.weight                                       # [R, H]
-        if self.edge_layers is None:
-            for node_layer in self.node_layers:
-                x = node_layer(x, edge_index, node_type, static, edge_type=edge_type, layout=layout)  # [N, H]
-            return x
-        z = static.index_select(0, edge_type)                                     # [E, H] z^0
-        for edge_layer, node_layer in zip(self.edge_layers, self.node_layers):
-            z = edge_layer(z, x, edge_index, line_index, edge_type, static, layout=layout)  # [E, H]
-            x = node_layer(x, edge_index, node_type, z, layout=layout)            # [N, H]
-        return x
+        # With the line graph, z^0 = E_e(edge type) [E, H], updated by each layer; without, the
+        # node layers look the static table [R, H] up by edge type.
+        z, types = (static, edge_type) if self.edge_layers is None else (static.index_select(0, edge_type), None)
+        attention = []
+        for i, node_layer in enumerate(self.node_layers):
+            if self.edge_layers is not None:
+                z = self.edge_layers[i](z, x, edge_index, line_index, edge_type, static, layout=layout)  # [E, H]
+            out = node_layer(x, edge_index, node_type, z, edge_type=types, layout=layout,
+                             return_attention=return_attention)
+            x, alpha = out if return_attention else (out, None)                  # [N, H], [E, M]
+            attention.append(alpha)
+        return (x, attention) if return_attention else x
 
 
 class EdgeTypeHGTConv(HGTConv):

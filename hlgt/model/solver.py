@@ -15,7 +15,9 @@
 ``solve(batch)`` beam-searches (``model.beam_size``, ``model.max_output_len``) in eval mode and
 returns prefix tokens (with ``model.bf16_inference``, the encoder's CPU GRUs multiply in
 bfloat16); with ``beam_batch`` the search runs over slices of the encoded batch, side by side on
-the CPU's torch threads. ``save``/``load`` write and read a folder that rebuilds the model alone:
+the CPU's torch threads. ``inspect(batch)`` is the same decoding seen from inside, for the
+explain pages (``hlgt.explain``): the beam's final candidates with their scores, and the HLGT
+layers' attention. ``save``/``load`` write and read a folder that rebuilds the model alone:
 ``config.json`` (the flat ``model.*`` keys plus the caller's extras), ``vocab.json`` and
 ``model.pt`` (a state_dict that ``torch.load(weights_only=True)`` reads). The model never moves
 itself to a device except through ``load``'s ``map_location``. ``compile_parts`` hands the parts
@@ -65,6 +67,14 @@ def compile_methods(module: nn.Module, names: tuple[str, ...]) -> None:
 def stored_weights_format(saved_config: dict) -> int:
     """The weights format a saved model folder's config records (folders from before formats: 1)."""
     return saved_config.get("weights_format", 1)
+
+
+@dataclasses.dataclass
+class Inspection:
+    """What ``Solver.inspect`` saw of a batch."""
+
+    candidates: list[list[tuple[list[str], float]]]  # per problem: prefix tokens and log-probability, best first
+    attention: list[torch.Tensor] | None  # per HLGT layer [E, M]: edge j -> i's a_ij per head; None: other encoders
 
 
 class Solver(nn.Module):
@@ -210,6 +220,27 @@ class Solver(nn.Module):
         finally:
             self.train(was_training)
         return [[self.vocab.output_token(i) for i in seq] for seq in ids]
+
+    @torch.no_grad()
+    def inspect(self, batch: Batch, beam_size: int | None = None, bf16_inference: bool | None = None) -> Inspection:
+        """``solve``'s decoding seen from inside (``Inspection``): every problem's final beam
+        candidates, the first of which ``solve`` returns, and the HLGT layers' attention. The
+        batch is encoded and searched whole, in eval mode; settings as in ``solve``."""
+        beam_size = self.cfg.beam_size if beam_size is None else beam_size
+        bf16_inference = self.cfg.bf16_inference if bf16_inference is None else bf16_inference
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        was_training = self.training
+        self.eval()
+        try:
+            enc = self.encoder(batch, low_precision=bf16_inference, return_attention=True)
+            found = self.decoder.beam_candidates(enc.tokens, enc.mask, enc.problem, batch.num_pos, batch.num_mask,
+                                                 beam_size=beam_size, max_len=self.cfg.max_output_len)
+        finally:
+            self.train(was_training)
+        candidates = [[([self.vocab.output_token(i) for i in ids], score) for ids, score in problem]
+                      for problem in found]
+        return Inspection(candidates=candidates, attention=enc.attention)
 
     def flat_config(self) -> dict[str, Any]:
         """The model config as flat ``model.*`` keys."""

@@ -433,6 +433,18 @@ class _Beams:
         ok = torch.isfinite(best_score).tolist()
         return [toks[:n] if good else [] for toks, n, good in zip(out_tokens, out_len, ok)]
 
+    def candidates(self, beam_size: int) -> list[list[tuple[list[int], float]]]:
+        """Each problem's finished prefixes with their log-probabilities, best first (ties in
+        ``best``'s order, so the first is ``best``'s)."""
+        score = torch.where(self.finished, self.score, float("-inf")).view(-1, beam_size)
+        ranked, order = torch.sort(score, dim=1, descending=True, stable=True)
+        tokens, length = self.tokens.tolist(), self.length.tolist()
+        out = []
+        for b, (scores, beams) in enumerate(zip(ranked.tolist(), order.tolist())):
+            rows = [b * beam_size + k for k, s in zip(beams, scores) if s != float("-inf")]
+            out.append([(tokens[r][:length[r]], s) for r, s in zip(rows, scores)])
+        return out
+
 
 class TreeDecoder(nn.Module):
     """GTS's Prediction + GenerateNode + Merge over a memory of H-dim token vectors."""
@@ -638,7 +650,19 @@ class TreeDecoder(nn.Module):
     @torch.no_grad()
     def beam_search(self, memory, mask, problem, num_pos, num_mask, beam_size: int = 5,
                     max_len: int = 45) -> list[list[int]]:
-        """Best finished prefix expression (output ids) per problem; [] when none can be formed.
+        """Best finished prefix expression (output ids) per problem; [] when none can be formed
+        (the search: ``_search``)."""
+        return self._search(memory, mask, problem, num_pos, num_mask, beam_size, max_len).best(beam_size)
+
+    @torch.no_grad()
+    def beam_candidates(self, memory, mask, problem, num_pos, num_mask, beam_size: int = 5,
+                        max_len: int = 45) -> list[list[tuple[list[int], float]]]:
+        """``beam_search``'s final candidates: each problem's finished prefixes (output ids) with
+        their log-probabilities, best first; the first is ``beam_search``'s answer."""
+        return self._search(memory, mask, problem, num_pos, num_mask, beam_size, max_len).candidates(beam_size)
+
+    def _search(self, memory, mask, problem, num_pos, num_mask, beam_size: int, max_len: int) -> _Beams:
+        """The beams at the end of the search.
 
         Rows are (problem, beam) pairs. Each step scores every live row, adds the log-probabilities
         to the beam scores and keeps the top ``beam_size`` of (beams x (outputs + "stay finished"))
@@ -689,7 +713,7 @@ class TreeDecoder(nn.Module):
                 self._complete_subtrees(beams, r, src.cands[r // K, token[r] - n_ops], subs, merge_table)
             beams.finished |= emit & (beams.goal_top == 0)
             beams.drop_decided(K)
-        return beams.best(K)
+        return beams
 
     def _live_outputs(self, beams: _Beams, rows, K: int, nodes: _Pool, subs: _Pool, src: Sources, max_len: int):
         """For the live ``rows``: goal [n, H], context [n, H] and the log-probabilities of every

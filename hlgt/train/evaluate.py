@@ -23,6 +23,11 @@ model's vocabulary and constants), printing both accuracies, Table 4 and the dec
 
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
+    python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test --out DIR --explain 20
+
+``--explain N`` writes, into ``DIR/explain_<split>/``, the pages (``hlgt.explain``) of the first N
+problems solved wrongly, the gold equation beside the model's, and an index with the accuracy by
+number of quantities (Table 4) as a chart.
 
 With ``--data``, the file is read, prepared and decoded ``hlgt.data.annotate.FILE_CHUNK`` problems at a time, in
 bounded memory, and the predictions file is written as it goes and replaces the old one whole at
@@ -49,6 +54,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from hlgt import explain
 from hlgt.config import Config
 from hlgt.commands.cli import device, non_negative_int, positive_int
 from hlgt.progress import Progress
@@ -56,9 +62,11 @@ from hlgt.data.annotate import FileCounts, file_chunks
 from hlgt.data.build import ensure_shards
 from hlgt.data.collate import collate, trainable
 from hlgt.data.shards import load_rows, use_shards
+from hlgt.draw import bar_chart
 from hlgt.expr import ExprError, eval_prefix, values_match
 from hlgt.storage import replacing, write_text
 from hlgt.inference import infix_with_numbers, load_model, predict
+from hlgt.pages import PageFolder
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
 
@@ -300,11 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
+    p.add_argument("--explain", type=positive_int, default=None, metavar="N",
+                   help="with --out: the pages of the first N wrongly solved problems, in OUT/explain_<split>/")
     args = p.parse_args(argv)
     if args.data and (args.split or args.shards or args.data_dir):
         p.error("--data evaluates a file: it takes no --split, --shards or --data-dir")
-
+    if args.explain and not args.out:
+        p.error("--explain N writes its pages under --out DIR: give --out")
+    name = Path(args.data).stem if args.data else args.split or "test"
     out = check_out_folder(args.out) if args.out else None
+    pages = PageFolder(out / f"explain_{name}", option="--out") if args.explain else None  # before any work
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     solver, flat = load_model(args.model, device=args.device)
@@ -312,16 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     counts = FileCounts()
     if args.data:
         chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts)
-        name, what, progress = Path(args.data).stem, args.data, Progress(None, "evaluate")
+        what, progress = args.data, Progress(None, "evaluate")
     else:
         if args.data_dir:
             cfg = cfg.override({"data.data_dir": args.data_dir})
         shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-        name = args.split or "test"
         rows, what = load_rows(shards, name), f"{cfg.data.dataset} {name}"
         chunks, progress = iter([rows]), Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
     beam_size = args.beam_size or solver.cfg.beam_size
-    tally, started = Tally(), time.perf_counter()
+    tally, started, wrong = Tally(), time.perf_counter(), []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with replacing(out / f"predictions_{name}.jsonl") if out else contextlib.nullcontext() as sink:
@@ -334,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                 tally.add(scored)
                 if sink is not None:
                     sink.write(prediction_line(scored))
+                if pages is not None and not scored.value_correct and len(wrong) < args.explain:
+                    wrong.append((row, scored))  # the first N only: a file of any size keeps N rows
         if progress is not None:
             progress.end()
         if not tally.n:
@@ -350,7 +364,32 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         write_tables(out, name, report)
         print(f"[evaluate] wrote {out / f'predictions_{name}.jsonl'}")
+    if pages is not None:
+        with pages:
+            index = explain_wrong(pages, args.model, solver, flat, wrong, report, beam_size=beam_size,
+                                  device=args.device, bf16_inference=args.bf16)
+        print(f"[evaluate] wrote {len(pages.pages)} pages of wrongly solved problems: {index}")
     return 0
+
+
+def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Sequence[tuple[Mapping[str, Any], Scored]],
+                  report: Report, beam_size: int, device, bf16_inference: bool = False) -> Path:
+    """The pages of wrongly solved problems (``wrong``: rows and verdicts) into ``pages``, and their
+    index with Table 4 (``report``) as a chart; the index's path."""
+    variant, about = flat["data.graph"], explain.about_model(model_dir, flat)
+    entries = []
+    for row, s in wrong:
+        decoded = explain.decode(solver, row, variant, beam_size, device, bf16_inference)
+        html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
+        predicted = f"{s.predicted} ({'none' if s.predicted_value is None else f'{s.predicted_value:.6g}'})"
+        entries.append((pages.add(s.id, html), [s.id, s.text[:120], f"{s.gold} ({s.answer:.6g})", predicted]))
+    bars = [(r.bucket, r.value_acc, f"{100 * r.value_acc:.0f}% of {r.count}" if r.count else "none")
+            for r in report.by_numbers]
+    chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems: "
+                            f"{100 * report.value_acc:.1f}%")
+    return pages.index(explain.index_page(
+        f"{len(entries)} wrongly solved problems", ["id", "text", "gold (answer)", "model (answer)"], entries,
+        about=about, chart=chart, note=f"The first {len(entries)} problems solved wrongly, in file order."))
 
 
 def file_summary(tally: Tally, counts: FileCounts) -> str:
