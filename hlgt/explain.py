@@ -31,14 +31,25 @@ from typing import Any
 
 import numpy as np
 
-from hlgt.data.graph import (EDGE_TYPES, GRAPH_FIELDS, GRAPH_VARIANTS, NODE_TYPES, NUMERIC_NODE_TYPES, Graph,
-                             GraphError, build_graph, select_variant)
+from hlgt.data.graph import (
+    EDGE_TYPES,
+    GRAPH_FIELDS,
+    GRAPH_VARIANTS,
+    NODE_TYPES,
+    NUMERIC_NODE_TYPES,
+    Graph,
+    GraphError,
+    build_graph,
+    select_variant,
+)
 from hlgt.data.numbers import Example
 from hlgt.data.schema import to_row
-from hlgt.data.srl import AnnotationError
+from hlgt.data.splits import SPLITS, find_problem, resolve_data_dir
+from hlgt.data.srl import AnnotationError, AnnotatorLoadError, make_annotator
 from hlgt.draw import EDGE_COLOURS, NODE_COLOURS, Edge, Node, esc, graph_svg, tree_svg
 from hlgt.expr import OPS, ExprError, eval_prefix, prefix_to_infix, values_match
-from hlgt.pages import MARKER
+from hlgt.pages import MARKER, check_page_file
+from hlgt.storage import write_text
 
 MAX_DRAWN_EDGES = 3000  # above, the nodes are drawn without their edges
 TOP_ATTENTION = 3
@@ -459,3 +470,21 @@ SCRIPT = r"""
   }
 })();
 """
+
+
+def explain_problem(dataset: str, problem_id: str, out: str, data_dir: str | None = None, split: str | None = None,
+                    annotator: str = "offline", annotator_model: str = "", graph: str = "srl") -> str:
+    """The page of one problem, straight from its raw file, with ``annotator`` and no model
+    (``data_page``); the page's file is checked before anything is read. Returns a
+    line saying what was written."""
+    page = check_page_file(out, "--out")
+    annotate = make_annotator(annotator, annotator_model)
+    try:
+        getattr(annotate, "load", lambda: None)()
+    except AnnotatorLoadError as error:
+        raise ValueError(f"--annotator {annotator}: {error}") from None
+    problem, found_in = find_problem(dataset, problem_id, resolve_data_dir(data_dir), (split,) if split else SPLITS)
+    about = [("data", f"{dataset}, the {found_in} file {problem.source}"), ("annotator", annotator),
+             ("model", "none: the graph as the data pipeline builds it")]
+    write_text(page, data_page(problem, annotate, graph, about))
+    return f"problem {problem.id} of {dataset} ({found_in}) -> {page}"

@@ -1,7 +1,8 @@
 """Solve a new problem with a trained model: raw text in, the equation in infix and the answer out.
 
     python -m hlgt.solve --model runs/sample-full-seed1/best "一根绳子长12米，用去了(1/4)，还剩多少米？"
-    python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
+    python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best \
+        "A farmer has 120 apples. He sells 3/4 of them. How many does he sell?"
     python -m hlgt.solve --model runs/mawps-fold0-full-seed1/best --file problems.jsonl --out answers.jsonl
     python -m hlgt.solve --model runs/sample-full-seed1/best --explain p.html "小明有3个苹果，吃了1个，还剩几个？"
     python -m hlgt.solve --model runs/sample-full-seed1/best --file problems.jsonl --explain-dir pages
@@ -28,28 +29,25 @@ of problems and the command.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from hlgt.commands.cli import positive_int
-from hlgt.progress import Progress
 from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
-from hlgt.data.problems import MAX_NOTES, UniqueIds, guess_lang, unreadable
-from hlgt.data.splits import LANGS
+from hlgt.data.problems import UniqueIds, guess_lang, unreadable
 from hlgt.data.schema import to_row
+from hlgt.data.splits import LANGS
 from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
 from hlgt.expr import ExprError, eval_prefix
+from hlgt.progress import Progress
 from hlgt.storage import replacing, write_text
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
@@ -369,63 +367,7 @@ class FilePages:
             self.entries.append((self.folder.add(request.id, html), [request.id, (request.text or "")[:120], outcome]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    # No abbreviations: a misspelt or shortened option is an error, not another option's value.
-    p = argparse.ArgumentParser(prog="python -m hlgt.solve", allow_abbrev=False,
-                                description="Solve a math word problem (or a file of them) with a trained model.")
-    p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
-    p.add_argument("--lang", choices=["zh", "en"], default=None, help="default: the model's dataset's; for the sample data's, guessed from each text")
-    p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
-    p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
-    p.add_argument("--file", default=None,
-                   help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir)")
-    p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
-    p.add_argument("--explain", default=None, metavar="PAGE",
-                   help="also write the problem text as the model sees it to this HTML page (hlgt.explain)")
-    p.add_argument("--explain-dir", default=None, metavar="DIR",
-                   help="with --file: one such page per problem, and index.html, in this folder")
-    p.add_argument("text", nargs="*", help="the problem text")
-    args = p.parse_args(argv)
-    if args.text and (args.file or args.out):
-        p.error("--file and --out go together, for a file of problems: give them or a problem text")
-    if args.text and args.explain_dir:
-        p.error("--explain-dir writes a page per problem of a --file; for a problem text, --explain PAGE")
-    if args.file and args.explain:
-        p.error("--explain writes the page of one problem text; for a --file, --explain-dir DIR")
-    if not args.text and not (args.file and (args.out or args.explain_dir)):
-        p.error("give a problem text, or --file FILE with --out FILE (and/or --explain-dir DIR)")
-    if args.file:
-        notes: list[str] = []
-        solved, errors = solve_file(args.model, args.file, args.out, lang=args.lang, annotator=args.annotator,
-                                    beam_size=args.beam_size, notes=notes, explain_dir=args.explain_dir)
-        where = " and ".join(filter(None, [args.out, args.explain_dir and str(Path(args.explain_dir) / "index.html")]))
-        print(f"[solve] {solved} solved, {errors} with an error -> {where}")
-        for note in notes[:MAX_NOTES]:
-            print(f"[solve] note: {note}")
-        if len(notes) > MAX_NOTES:
-            print(f"[solve] note: {len(notes) - MAX_NOTES} more repeated ids made unique")
-        return 0
-    from hlgt.inference import format_answer  # after parsing: see solve_text
+if __name__ == "__main__":  # python -m hlgt.solve: the command hlgt-solve
+    from hlgt.commands.solve import run
 
-    text = " ".join(args.text)
-    settings = {"lang": args.lang, "annotator": args.annotator, "beam_size": args.beam_size}
-    s = (explain_text(args.model, text, args.explain, **settings) if args.explain
-         else solve_text(args.model, text, **settings))
-    print(f"tokens:   {' '.join(s.tokens)}")
-    print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")
-    if s.not_read:
-        print(f"not read: {', '.join(s.not_read)} (digits, but no quantity the model can use)")
-    print(f"equation: x = {s.equation}")
-    if args.explain:
-        print(f"page:     {args.explain}")
-    if s.error is not None:
-        print(f"answer:   none (the equation does not evaluate: {s.error})")
-        return 2
-    print(f"answer:   {format_answer(s.answer)}")
-    return 0
-
-
-if __name__ == "__main__":
-    from hlgt.commands.cli import run_command
-
-    sys.exit(run_command(main, "python -m hlgt.solve"))
+    run()

@@ -96,7 +96,7 @@ def test_a_hand_edited_model_config_with_a_size_beyond_reason_is_one_line(model_
     import shutil
 
     from hlgt.commands.cli import run_command
-    from hlgt.solve import main
+    from hlgt.commands.solve import main
 
     edited = tmp_path / "best"
     shutil.copytree(model_dir, edited)

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from hlgt.commands.evaluate import main
 from hlgt.config import Config
 from hlgt.data.build import shards_path
 from hlgt.data.shards import load_rows
 from hlgt.inference import load_model
 from hlgt.train.evaluate import (
     NUMBER_BUCKETS,
-    main,
     number_bucket,
     read_predictions,
     score,
@@ -117,7 +117,8 @@ def test_cli_scores_a_split_from_the_model_folder(model_dir, tmp_path, capsys, b
     out = capsys.readouterr().out
     predictions = read_predictions(tmp_path / "predictions_test.jsonl")
     solver, flat = load_model(model_dir)
-    test_rows = load_rows(shards_path(Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})), "test")
+    test_rows = load_rows(shards_path(Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})),
+                          "test")
     assert [p["id"] for p in predictions] == [str(r["id"]) for r in test_rows]
     value_acc = sum(p["value_correct"] for p in predictions) / len(predictions)
     assert f"value accuracy {100 * value_acc:.1f}%" in out and ("bfloat16" in out) == bf16
@@ -168,7 +169,8 @@ def _problem_file(path, records, layout):
 def test_cli_evaluates_a_file_the_model_was_not_trained_on(model_dir, tmp_path, capsys, layout):
     import hlgt.data.splits as splits
 
-    sample = [json.loads(line) for line in (splits.SAMPLE_DIR / "zh_test.json").read_text(encoding="utf-8").splitlines()]
+    lines = (splits.SAMPLE_DIR / "zh_test.json").read_text(encoding="utf-8").splitlines()
+    sample = [json.loads(line) for line in lines]
     if layout == "generic":  # raw text, an equation or an answer
         records = [{"id": r["id"], "original_text": r["original_text"], **({"equation": r["equation"]} if i % 2
                     else {"ans": r["ans"]})} for i, r in enumerate(sample)]
@@ -177,7 +179,8 @@ def test_cli_evaluates_a_file_the_model_was_not_trained_on(model_dir, tmp_path, 
     records += [{"id": "c", "segmented_text": "有 7 个 新 词汇 苹果", "original_text": "有7个新词汇苹果",
                  "equation": "x=7*1234", "ans": "8638"},  # a constant the model never learned
                 {"id": "bad", "original_text": "没有 答案 3"}]  # neither equation nor answer
-    path = _problem_file(tmp_path / f"transfer.{'json' if layout in ('math23k', 'mawps') else 'jsonl'}", records, layout)
+    path = _problem_file(tmp_path / f"transfer.{'json' if layout in ('math23k', 'mawps') else 'jsonl'}", records,
+                         layout)
     assert main(["--model", str(model_dir), "--data", str(path), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     predictions = read_predictions(tmp_path / "out" / "predictions_transfer.jsonl")
@@ -222,7 +225,8 @@ def test_a_rewrite_cut_short_leaves_the_earlier_predictions(tmp_path, scored, mo
     with pytest.raises(KeyboardInterrupt):
         write_report(tmp_path, "test", summarise(scored), scored)
     assert paths["predictions"].read_text(encoding="utf-8") == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["numbers_test.csv", "numbers_test.md", "predictions_test.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["numbers_test.csv", "numbers_test.md",
+                                                          "predictions_test.jsonl"]
 
 
 def test_a_full_disk_names_the_file(tmp_path, scored):
@@ -244,7 +248,8 @@ except OSError as e:
     print(e)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.stdout.strip() == f"[Errno 27] File too large (writing {tmp_path / 'predictions_test.jsonl'})", out.stderr
+    written = tmp_path / "predictions_test.jsonl"
+    assert out.stdout.strip() == f"[Errno 27] File too large (writing {written})", out.stderr
     assert not list(tmp_path.glob(".*.partial"))
 
 
@@ -274,8 +279,8 @@ def test_a_file_of_odd_records_is_scored_around_them_naming_file_and_line(model_
 
 
 def test_a_file_is_prepared_a_chunk_at_a_time_with_the_same_rows(model_dir, tmp_path):
-    from hlgt.data.annotate import FileCounts, file_chunks
     import hlgt.data.splits as splits
+    from hlgt.data.annotate import FileCounts, file_chunks
 
     path = splits.SAMPLE_DIR / "en_train.json"
     solver, flat = load_model(model_dir)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hlgt import explain
-from hlgt.data.graph import EDGE_TYPES, GRAPH_VARIANTS, NODE_TYPES, GRAPH_PARTS, Graph, select_variant
+from hlgt.data.graph import EDGE_TYPES, GRAPH_PARTS, GRAPH_VARIANTS, NODE_TYPES, Graph, select_variant
 from hlgt.data.numbers import to_example
 from hlgt.data.splits import find_problem
 from hlgt.data.srl import make_annotator
@@ -168,8 +168,9 @@ def test_a_data_page_shows_the_gold_equation_and_what_the_rules_say():
 
 
 def test_a_solved_text_gets_its_beam_and_attention(model_dir, tmp_path, capsys):
+    from hlgt.commands.solve import main
     from hlgt.inference import load_model
-    from hlgt.solve import main, problem_row, solve_text
+    from hlgt.solve import problem_row, solve_text
 
     page = tmp_path / "p.html"
     assert main(["--model", str(model_dir), EN, "--explain", str(page)]) == 0
@@ -196,7 +197,7 @@ def test_a_solved_text_gets_its_beam_and_attention(model_dir, tmp_path, capsys):
     ("小明有3个苹果" + "很好" * 6000, "characters", False),  # not even read
 ])
 def test_a_text_the_model_cannot_read_gets_a_page_saying_why(model_dir, tmp_path, text, says, graph):
-    from hlgt.solve import main
+    from hlgt.commands.solve import main
 
     page = tmp_path / "p.html"
     with pytest.raises(ValueError, match=f"{says}.*the page {page} shows what could be read"):
@@ -217,7 +218,7 @@ def test_a_text_the_model_cannot_read_gets_a_page_saying_why(model_dir, tmp_path
 def test_a_page_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch, args, error, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.html").write_text("<p>mine</p>")
-    from hlgt.solve import main
+    from hlgt.commands.solve import main
 
     with pytest.raises(error, match=message):  # no model folder: the refusal comes first
         main(["--model", "no/model", EN, *args])
@@ -242,7 +243,7 @@ def test_a_page_folder_that_cannot_take_pages_is_refused(tmp_path):
 
 
 def test_a_file_gets_a_page_per_problem_and_an_index(model_dir, tmp_path, capsys):
-    from hlgt.solve import main
+    from hlgt.commands.solve import main
 
     problems = tmp_path / "problems.jsonl"
     problems.write_text("\n".join([json.dumps({"id": "a", "text": ZH}, ensure_ascii=False), "{not json",
@@ -266,7 +267,8 @@ def test_a_file_gets_a_page_per_problem_and_an_index(model_dir, tmp_path, capsys
 
 
 def test_evaluate_explains_the_wrongly_solved_problems(model_dir, tmp_path, capsys):
-    from hlgt.train.evaluate import main, read_predictions
+    from hlgt.commands.evaluate import main
+    from hlgt.train.evaluate import read_predictions
 
     out = tmp_path / "eval"
     assert main(["--model", str(model_dir), "--split", "test", "--out", str(out), "--explain", "3"]) == 0
@@ -286,7 +288,7 @@ def test_evaluate_explains_the_wrongly_solved_problems(model_dir, tmp_path, caps
 
 
 def test_evaluate_explain_needs_a_writable_out(tmp_path, capsys):
-    from hlgt.train.evaluate import main
+    from hlgt.commands.evaluate import main
 
     with pytest.raises(SystemExit):
         main(["--model", "m", "--explain", "3"])
@@ -297,7 +299,7 @@ def test_evaluate_explain_needs_a_writable_out(tmp_path, capsys):
 
 
 def test_report_draws_a_problem_from_its_raw_file(tmp_path, capsys):
-    from hlgt.data.report import main
+    from hlgt.commands.report import main
 
     page = tmp_path / "p.html"
     assert main(["--dataset", "sample", "--explain", "en-08", "--out", str(page), "--graph", "parse"]) == 0

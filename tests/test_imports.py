@@ -152,3 +152,47 @@ def test_no_import_cycle_between_project_modules():
     assert "hlgt.solve" in graph and "hlgt.train.evaluate" in graph  # the walk saw the package
     found = cycles(graph)
     assert not found, "import cycles between project modules:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+# The allowed direction: a module imports only from its own layer or the layers before it.
+# Layer 0 holds what every stage shares (expressions, config, metric names, storage, tensors).
+LAYERS = (
+    ("hlgt", "hlgt.expr", "hlgt.config", "hlgt.metrics", "hlgt.storage", "hlgt.tensors", "hlgt.ray_session",
+     "hlgt.progress"),
+    ("hlgt.data",),
+    ("hlgt.model",),
+    ("hlgt.inference", "hlgt.solve", "hlgt.explain", "hlgt.draw", "hlgt.pages"),
+    ("hlgt.train",),
+    ("hlgt.sweep",),
+    ("hlgt.commands",),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module``: that of the longest prefix named in ``LAYERS``."""
+    best, found = -1, None
+    for number, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best and (
+                    prefix != "hlgt" or module == "hlgt"):
+                best, found = len(prefix), number
+    return found
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in import_graph() if layer_of(m) is None)
+    assert not unplaced, f"modules in no layer of LAYERS (place them): {unplaced}"
+
+
+def test_imports_point_down_the_layers():
+    """expr/config < data < model < inference < train < sweep < commands. A package's
+    ``__main__`` (``python -m hlgt.train``) is the module form of a command and may import it."""
+    upward = [f"{m} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
+              for m, deps in sorted(import_graph().items()) if not m.endswith(".__main__")
+              for d in sorted(deps) if (layer_of(d) or 0) > (layer_of(m) or 0)]
+    assert not upward, "imports against the layers' order:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert layer_of("hlgt.data.build") == 1 and layer_of("hlgt.commands.cli") == 6 and layer_of("hlgt.other") is None
+    assert layer_of("hlgt.solve") == 3 and layer_of("hlgt.train.__main__") == 4

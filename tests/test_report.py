@@ -3,8 +3,7 @@ import re
 
 import pytest
 
-from hlgt.data.report import main
-
+from hlgt.commands.report import main
 
 
 def _row(out: str, label: str) -> list[str]:
@@ -64,7 +63,7 @@ def test_report_on_real_mawps_counts_test_texts_seen_in_training(capsys, scheme,
 def test_bad_numbers_are_refused_naming_the_option_and_the_command(capsys):
     with pytest.raises(SystemExit):
         main(["--max-tokens", "0"])
-    assert "python -m hlgt.data.report: error: argument --max-tokens: must be >= 1, got 0" in capsys.readouterr().err
+    assert "hlgt-report: error: argument --max-tokens: must be >= 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("fold", ["x", "5", "-1"])

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from hlgt.commands.solve import main
 from hlgt.expr import infix_to_prefix, tokenize_infix
-from hlgt.solve import main, read_requests, solve_text, tokenize
+from hlgt.solve import read_requests, solve_text, tokenize
 
 ZH = "一根绳子长12米，用去了(1/4)，还剩多少米？"
 EN = "A farmer has 120 apples. He sells 3/4 of them. How many apples does he sell?"
@@ -24,10 +25,13 @@ def test_chinese_is_segmented_as_math23k_writes_it():
     # Numerals are words where the text has numbers; a bare a/b is a division; digits after a
     # Latin letter stay in their word; a minus is an operator; no words guessed beyond jieba's
     # dictionary (its HMM would join 张明 and 两人).
-    assert tokenize("第二天两人看了24页，吃了一半", "zh") == ["第二天", "两", "人", "看", "了", "24", "页", "，", "吃", "了", "一半"]
-    assert tokenize("张明有120元钱，买书用去80%", "zh") == ["张", "明", "有", "120", "元", "钱", "，", "买", "书", "用", "去", "80%"]
+    assert tokenize("第二天两人看了24页，吃了一半", "zh") == \
+        ["第二天", "两", "人", "看", "了", "24", "页", "，", "吃", "了", "一半"]
+    assert tokenize("张明有120元钱，买书用去80%", "zh") == \
+        ["张", "明", "有", "120", "元", "钱", "，", "买", "书", "用", "去", "80%"]
     assert tokenize("剩下的2/3，一台MP3卖100元，面积0.09m2，-5", "zh") == \
-        ["剩下", "的", "2", "/", "3", "，", "一台", "MP3", "卖", "100", "元", "，", "面积", "0.09", "m2", "，", "-", "5"]
+        ["剩下", "的", "2", "/", "3", "，", "一台", "MP3", "卖", "100", "元", "，", "面积", "0.09", "m2", "，", "-",
+         "5"]
 
 
 def test_english_is_split_as_mawps_writes_it():

@@ -36,11 +36,9 @@ Real files live in ``data_dir``: the ``--data-dir`` option, else ``$HLGT_DATA_DI
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import random
-import sys
 from pathlib import Path
 
 from hlgt.config import MAWPS_FOLD_SCHEMES, MAWPS_N_FOLDS, default_data_dir
@@ -105,7 +103,7 @@ def split_paths(dataset: str, split: str, data_dir: str | Path | None = None) ->
     return [resolve_data_dir(data_dir) / FILES[dataset][split]]
 
 
-def _require(path: Path, dataset: str, split: str) -> None:
+def require_file(path: Path, dataset: str, split: str) -> None:
     if path.is_file():
         return
     if path.parent.is_relative_to(SAMPLE_DIR):
@@ -124,7 +122,7 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     _check(dataset, split, fold, mawps_folds)
     paths = split_paths(dataset, split, data_dir)
     for path in paths:
-        _require(path, dataset, split)
+        require_file(path, dataset, split)
     if dataset in SAMPLE_LANGS:
         result = ReadResult(problems=[])
         for path, lang in zip(paths, SAMPLE_LANGS[dataset]):
@@ -160,7 +158,7 @@ def find_problem(dataset: str, problem_id: str, data_dir: str | Path | None = No
             if path in read:
                 continue
             read.add(path)
-            _require(path, dataset, split)
+            require_file(path, dataset, split)
             for problem in iter_problems(path, ReadResult(problems=[]), lang):  # a large file is never held whole
                 if problem.id == problem_id:
                     return problem, split
@@ -317,7 +315,7 @@ def mawps_fold_ids(
     return {"train": train, "valid": list(valid_ids), "test": list(test), "outside": list(outside)}
 
 
-def _folds_json(spec: dict) -> str:
+def folds_json(spec: dict) -> str:
     """The fold file with one line per field and per id list (readable diffs, small file)."""
     lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in spec.items() if k not in ("folds", "valid")]
     for key in ("folds", "valid"):
@@ -326,28 +324,7 @@ def _folds_json(spec: dict) -> str:
     return "{\n" + "\n".join(lines)[:-1] + "\n}\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the committed MAWPS fold-id files (every scheme).", allow_abbrev=False)
-    parser.add_argument("--data-dir", default=None, help="folder holding mawps/MAWPS.json "
-                        "(default: $HLGT_DATA_DIR or ../shared/datasets)")
-    parser.add_argument("--write-mawps-folds", action="store_true",
-                        help=f"write {', '.join(str(f) for f in MAWPS_FOLD_FILES.values())}")
-    args = parser.parse_args(argv)
-    if not args.write_mawps_folds:
-        parser.print_help()
-        return 2
-    path = resolve_data_dir(args.data_dir) / FILES["mawps"]["train"]
-    _require(path, "mawps", "train")
-    problems = read_problems(path, lang="en").problems
-    for scheme, out in MAWPS_FOLD_FILES.items():
-        spec = make_mawps_folds(problems, scheme=scheme)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(_folds_json(spec), encoding="utf-8")
-        print(f"wrote {out}: {spec['problems']} ids in {spec['n_folds']} folds ({scheme})")
-    return 0
+if __name__ == "__main__":  # python -m hlgt.data.splits: the command hlgt-splits
+    from hlgt.commands.splits import run
 
-
-if __name__ == "__main__":
-    from hlgt.commands.cli import run_command
-
-    sys.exit(run_command(main, "python -m hlgt.data.splits"))
+    run()

@@ -127,7 +127,8 @@ class Encoder(nn.Module):
         return self.after_recurrence(batch, self.recurrence(batch, low_precision=low_precision),
                                      return_attention=return_attention)
 
-    def recurrence(self, batch: Batch, packing: Packing | None = None, low_precision: bool = False) -> tuple[Tensor, ...]:
+    def recurrence(self, batch: Batch, packing: Packing | None = None, low_precision: bool = False) -> tuple[Tensor,
+                                                                                                             ...]:
         """The BiGRUs, which run over each batch's own lengths: (h_b [B, T, H], problem [B, H]),
         and h_seq [B, T, H] for the graph arms. ``packing``: the lengths packed beforehand
         (``Solver.plan``), else here."""

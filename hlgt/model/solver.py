@@ -253,7 +253,8 @@ class Solver(nn.Module):
             raise ValueError(f"extra keys {clash} clash with the model config, which save writes itself")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / CONFIG_FILE).write_text(json.dumps({**self.flat_config(), **extra, "weights_format": WEIGHTS_FORMAT}, indent=2, sort_keys=True))
+        (directory / CONFIG_FILE).write_text(json.dumps({**self.flat_config(), **extra,
+                                                         "weights_format": WEIGHTS_FORMAT}, indent=2, sort_keys=True))
         (directory / VOCAB_FILE).write_text(json.dumps(self.vocab.to_dict(), ensure_ascii=False))
         torch.save(self.state_dict(), directory / WEIGHTS_FILE)
 

@@ -58,7 +58,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 NEG = -1e12  # GTS's mask value for logits of padded numbers and padded tokens
 
 
@@ -511,15 +510,18 @@ class TreeDecoder(nn.Module):
         # tanh, and this [n, T, H] elementwise op is the largest of decoding (keys hold 2a's memory
         # part). In place on the gathered copy: the biggest tensors of the decoder, allocated once
         # (index_select, whose backward is an index_add, not an accumulating index_put).
-        energy = src.keys.index_select(0, batch).add_(F.linear(goal, src.goal_weight)[:, None, :]).sigmoid_()  # [n, T, H]
+        # [n, T, H]
+        energy = src.keys.index_select(0, batch).add_(F.linear(goal, src.goal_weight)[:, None, :]).sigmoid_()
         energy = F.linear(energy, *src.attn_out).squeeze(-1)  # [n, T]
         return torch.softmax(energy.masked_fill(src.pad.index_select(0, batch), NEG), -1)
 
     def outputs(self, goal, context, batch, src: Sources):
         """Logits [n, ops+C+Q] from [goal; context]: ops by a linear layer, the rest by Score."""
         leaf = self.dropout(torch.cat([goal, context], -1))  # [n, 2H]
-        hidden = src.cand_keys.index_select(0, batch).add_(F.linear(leaf, src.leaf_weight)[:, None, :]).sigmoid_()  # [n, O, H]
-        num_score = F.linear(hidden, *src.score_out).squeeze(-1).masked_fill(src.cand_pad.index_select(0, batch), NEG)  # [n, O]
+        # [n, O, H]
+        hidden = src.cand_keys.index_select(0, batch).add_(F.linear(leaf, src.leaf_weight)[:, None, :]).sigmoid_()
+        # [n, O]
+        num_score = F.linear(hidden, *src.score_out).squeeze(-1).masked_fill(src.cand_pad.index_select(0, batch), NEG)
         return torch.cat([self.ops(leaf), num_score], -1)
 
     def predict(self, goal, batch, src: Sources):
@@ -549,13 +551,15 @@ class TreeDecoder(nn.Module):
         label's part is looked up in ``generate_table`` (``_operator_tables``)."""
         H = self.hidden_size
         distinct, inverse = torch.unique(parent, return_inverse=True)
-        shared = F.linear(torch.cat([goal[distinct], context[distinct]], -1), self.generate.weight[:, : 2 * H])  # [u, 4H]
+        # [u, 4H]
+        shared = F.linear(torch.cat([goal[distinct], context[distinct]], -1), self.generate.weight[:, : 2 * H])
         return _children(shared[inverse] + generate_table[op_ids])  # from [m, 4H]
 
     def _looked_up_merge(self, op_ids, left_tree, right_tree, merge_table):
         """``merge_tree`` (eval mode) with the label's part looked up in ``merge_table``. -> [n, H]"""
         E = self.op_embedding.embedding_dim
-        return _gated(F.linear(torch.cat([left_tree, right_tree], -1), self.merge.weight[:, E:]).add_(merge_table[op_ids]))
+        merged = F.linear(torch.cat([left_tree, right_tree], -1), self.merge.weight[:, E:])
+        return _gated(merged.add_(merge_table[op_ids]))
 
     def merge_tree(self, op_ids, left_tree, right_tree):
         """Merge: embedding of a finished operator subtree. -> [n, H]"""
@@ -611,7 +615,8 @@ class TreeDecoder(nn.Module):
             subs[d] = torch.cat(parts)
         return subs, merged
 
-    def _level_logits(self, trees: TreeLayout, src: Sources, problem, subs: list[torch.Tensor]) -> tuple[torch.Tensor, bool]:
+    def _level_logits(self, trees: TreeLayout, src: Sources, problem,
+                      subs: list[torch.Tensor]) -> tuple[torch.Tensor, bool]:
         """Goals, root level first: a level's node vectors come from its parents' GenerateNode.
         -> (logits of every node in goal order [N, V], whether any GenerateNode ran)"""
         H = src.memory.size(-1)

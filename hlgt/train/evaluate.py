@@ -40,14 +40,10 @@ still right when the model finds its value another way. Words the model never sa
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import csv
 import io
 import json
 import os
-import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -55,18 +51,13 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hlgt import explain
-from hlgt.config import Config
-from hlgt.commands.cli import device, non_negative_int, positive_int
-from hlgt.progress import Progress
-from hlgt.data.annotate import FileCounts, file_chunks
-from hlgt.data.build import ensure_shards
+from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
-from hlgt.data.shards import load_rows, use_shards
 from hlgt.draw import bar_chart
 from hlgt.expr import ExprError, eval_prefix, values_match
-from hlgt.storage import replacing, write_text
-from hlgt.inference import infix_with_numbers, load_model, predict
+from hlgt.inference import infix_with_numbers, predict
 from hlgt.pages import PageFolder
+from hlgt.storage import replacing, write_text
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
 
@@ -292,86 +283,6 @@ def check_out_folder(out: str) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    # No abbreviations: ``--data FILE`` must be an error, not silently ``--data-dir FILE``.
-    p = argparse.ArgumentParser(prog="python -m hlgt.train.evaluate", allow_abbrev=False,
-                                description="Evaluate a trained model on one split of its dataset.")
-    p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
-    p.add_argument("--split", default=None, choices=["train", "valid", "test"], help="a split of the model's dataset (default test)")
-    p.add_argument("--data", default=None, metavar="FILE",
-                   help="evaluate on this problem file instead (benchmark format, or JSON/JSONL of id, original_text, equation and/or ans)")
-    p.add_argument("--shards", default=None, help="a prebuilt shard folder (default: built or reused from the run config)")
-    p.add_argument("--data-dir", default=None, help="benchmark files (default: the run config's)")
-    p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 GRU products while decoding (model.bf16_inference)")
-    p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
-    p.add_argument("--explain", type=positive_int, default=None, metavar="N",
-                   help="with --out: the pages of the first N wrongly solved problems, in OUT/explain_<split>/")
-    args = p.parse_args(argv)
-    if args.data and (args.split or args.shards or args.data_dir):
-        p.error("--data evaluates a file: it takes no --split, --shards or --data-dir")
-    if args.explain and not args.out:
-        p.error("--explain N writes its pages under --out DIR: give --out")
-    name = Path(args.data).stem if args.data else args.split or "test"
-    out = check_out_folder(args.out) if args.out else None
-    pages = PageFolder(out / f"explain_{name}", option="--out") if args.explain else None  # before any work
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    solver, flat = load_model(args.model, device=args.device)
-    cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
-    counts = FileCounts()
-    if args.data:
-        chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts)
-        what, progress = args.data, Progress(None, "evaluate")
-    else:
-        if args.data_dir:
-            cfg = cfg.override({"data.data_dir": args.data_dir})
-        shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-        rows, what = load_rows(shards, name), f"{cfg.data.dataset} {name}"
-        chunks, progress = iter([rows]), Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
-    beam_size = args.beam_size or solver.cfg.beam_size
-    tally, started, wrong = Tally(), time.perf_counter(), []
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    with replacing(out / f"predictions_{name}.jsonl") if out else contextlib.nullcontext() as sink:
-        for rows in chunks:
-            predictions = predict(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=beam_size,
-                                  batch_size=args.batch_size, device=args.device, bf16_inference=args.bf16,
-                                  progress=(lambda d, base=tally.n: progress.update(base + d)) if progress else None)
-            for row, prediction in zip(rows, predictions):
-                scored = score(row, prediction)
-                tally.add(scored)
-                if sink is not None:
-                    sink.write(prediction_line(scored))
-                if pages is not None and not scored.value_correct and len(wrong) < args.explain:
-                    wrong.append((row, scored))  # the first N only: a file of any size keeps N rows
-        if progress is not None:
-            progress.end()
-        if not tally.n:
-            raise ValueError(f"{what}: no problem can be scored")
-    seconds = time.perf_counter() - started
-    report = tally.report()
-    print(f"[evaluate] {args.model} on {what} ({report.n} problems, "
-          f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
-          f"{100 * report.value_acc:.1f}%, equation accuracy {100 * report.equation_acc:.1f}%, "
-          f"{report.n / max(seconds, 1e-9):.1f} problems/s")
-    if args.data:
-        print(file_summary(tally, counts))
-    print(table4_markdown(report, title=f"{name}: accuracy by number of numbers"))
-    if out is not None:
-        write_tables(out, name, report)
-        print(f"[evaluate] wrote {out / f'predictions_{name}.jsonl'}")
-    if pages is not None:
-        with pages:
-            index = explain_wrong(pages, args.model, solver, flat, wrong, report, beam_size=beam_size,
-                                  device=args.device, bf16_inference=args.bf16)
-        print(f"[evaluate] wrote {len(pages.pages)} pages of wrongly solved problems: {index}")
-    return 0
-
-
 def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Sequence[tuple[Mapping[str, Any], Scored]],
                   report: Report, beam_size: int, device, bf16_inference: bool = False) -> Path:
     """The pages of wrongly solved problems (``wrong``: rows and verdicts) into ``pages``, and their
@@ -406,7 +317,7 @@ def file_summary(tally: Tally, counts: FileCounts) -> str:
     return "\n".join(lines + [f"[evaluate] {note}" for note in counts.read.notes])
 
 
-if __name__ == "__main__":
-    from hlgt.commands.cli import run_command
+if __name__ == "__main__":  # python -m hlgt.train.evaluate: the command hlgt-evaluate
+    from hlgt.commands.evaluate import run
 
-    sys.exit(run_command(main, "python -m hlgt.train.evaluate"))
+    run()
