@@ -364,6 +364,15 @@ def _json(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
 
 
+def error_page(problem_id: str, text: str, error: str, *, about: Sequence[tuple[str, str]] = ()) -> str:
+    """The page of a problem whose own page could not be made: its text and the error, so that the
+    file's other pages and its index are still written."""
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">{MARKER}<title>Problem {esc(problem_id)}</title>'
+            f"<style>{CSS}</style></head>\n<body><header><h1>Problem {esc(problem_id)}</h1>{_about(about)}</header>"
+            f'<div class="notice"><b>This page could not be drawn:</b> {esc(error)}</div>'
+            f'<p class="tokens">{esc(text)}</p></body></html>\n')
+
+
 def index_page(title: str, columns: Sequence[str], entries: Sequence[tuple[str, Sequence[str]]], *,
                about: Sequence[tuple[str, str]] = (), chart: str = "", note: str = "") -> str:
     """A folder's index: a table with one row per page, its first cell a link to the page file."""

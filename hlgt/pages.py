@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from hlgt.storage import write_text
+from hlgt.storage import sole_writer, write_text
 
 GENERATOR = "hlgt.explain"
 MARKER = f'<meta name="generator" content="{GENERATOR}">'
@@ -79,8 +79,6 @@ class PageFolder:
         self._lock = None
 
     def __enter__(self) -> PageFolder:
-        from hlgt.data.build import sole_writer
-
         self._lock = sole_writer(str(self.path), f"{self.option} {self.path}: another command is writing pages there")
         self._lock.__enter__()
         try:

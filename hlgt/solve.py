@@ -352,19 +352,29 @@ class FilePages:
             annotate, beam_size: int | None) -> None:
         from hlgt import explain
 
-        variant = self.flat["data.graph"]
         for k, (request, result) in enumerate(zip(requests, results)):
-            if k in rows:
-                row, notice = {**rows[k], "id": request.id}, None
-                decoded = explain.decode(solver, row, variant, beam_size)
-            else:
-                row, no_graph = partial_row(request.text, lang, annotate)
-                row, decoded = {**row, "id": request.id}, None
-                notice = "; ".join(filter(None, [result["error"], no_graph]))
-            html = explain.page(row, variant, decoded=decoded, notice=notice, about=self.about,
-                                line_graph=self.flat["model.line_graph"])
+            try:
+                html = self._page(solver, request, result, rows.get(k), lang, annotate, beam_size)
+            except Exception as error:  # one problem's page must not stop the file's other pages
+                html = explain.error_page(request.id, request.text or "", f"{type(error).__name__}: {error}",
+                                          about=self.about)
             outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
             self.entries.append((self.folder.add(request.id, html), [request.id, (request.text or "")[:120], outcome]))
+
+    def _page(self, solver, request: Request, result: dict, row: dict | None, lang: str | None, annotate,
+              beam_size: int | None) -> str:
+        from hlgt import explain
+
+        variant = self.flat["data.graph"]
+        if row is not None:
+            row, notice = {**row, "id": request.id}, None
+            decoded = explain.decode(solver, row, variant, beam_size)
+        else:
+            row, no_graph = partial_row(request.text, lang, annotate)
+            row, decoded = {**row, "id": request.id}, None
+            notice = "; ".join(filter(None, [result["error"], no_graph]))
+        return explain.page(row, variant, decoded=decoded, notice=notice, about=self.about,
+                            line_graph=self.flat["model.line_graph"])
 
 
 if __name__ == "__main__":  # python -m hlgt.solve: the command hlgt-solve

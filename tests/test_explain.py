@@ -210,6 +210,30 @@ def test_a_text_the_model_cannot_read_gets_a_page_saying_why(model_dir, tmp_path
         assert "no graph could be built: the line graph would have" in notice
 
 
+def test_a_page_that_cannot_be_drawn_is_one_page_saying_why_and_the_file_goes_on(model_dir, tmp_path, monkeypatch):
+    from hlgt import explain
+    from hlgt.commands.solve import main
+
+    decode = explain.decode
+
+    def broken_for_b(solver, row, *args, **kwargs):
+        if row["id"] == "b":
+            raise RuntimeError("drawing failed")
+        return decode(solver, row, *args, **kwargs)
+
+    monkeypatch.setattr(explain, "decode", broken_for_b)
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"id": i, "text": ZH}, ensure_ascii=False) + "\n" for i in "abc"),
+                        encoding="utf-8")
+    pages = tmp_path / "pages"
+    assert main(["--model", str(model_dir), "--file", str(problems), "--explain-dir", str(pages)]) == 0
+    index = (pages / "index.html").read_text(encoding="utf-8")
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', index)
+    assert [name for _, name in links] == ["a", "b", "c"]
+    assert "RuntimeError: drawing failed" in (pages / links[1][0]).read_text(encoding="utf-8")
+    assert "The beam's final candidates" in (pages / links[2][0]).read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("args, error, message", [
     (["--explain", "missing/p.html"], FileNotFoundError, "there is no folder"),
     (["--explain", "."], IsADirectoryError, "is a folder"),
