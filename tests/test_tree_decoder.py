@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hlgt.model.tree_decoder import IGNORE, TreeDecoder, TreeSizes, tree_layout
+from hlgt.model.tree_decoder import TreeDecoder
+from hlgt.model.tree_layout import IGNORE, TreeSizes, tree_layout
 
 N_OPS = 5
 

@@ -18,7 +18,7 @@ import torch
 from hlgt.data.collate import Batch
 from hlgt.model.gru import Packing
 from hlgt.model.hlgt_conv import GraphLayout
-from hlgt.model.tree_decoder import TreeLayout, TreeSizes
+from hlgt.model.tree_layout import TreeLayout, TreeSizes
 from hlgt.tensors import tensors_to
 
 

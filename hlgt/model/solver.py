@@ -42,7 +42,8 @@ from hlgt.model.comparison import Comparison
 from hlgt.model.encoder import Encoder
 from hlgt.model.gru import Packing
 from hlgt.model.plan import BatchPlan, Planned, Shape
-from hlgt.model.tree_decoder import TreeDecoder, tree_layout
+from hlgt.model.tree_decoder import TreeDecoder
+from hlgt.model.tree_layout import tree_layout
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
 # Bumped whenever the same weights would compute a different function (format 2: QK-normalised
