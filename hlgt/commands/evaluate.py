@@ -20,17 +20,15 @@ from hlgt.config import Config
 from hlgt.data.annotate import FileCounts, file_chunks
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import load_rows, use_shards
-from hlgt.inference import load_model, predict
+from hlgt.inference import load_model
 from hlgt.pages import PageFolder
 from hlgt.progress import Progress
 from hlgt.storage import replacing
 from hlgt.train.evaluate import (
-    Tally,
     check_out_folder,
+    evaluate_chunks,
     explain_wrong,
     file_summary,
-    prediction_line,
-    score,
     table4_markdown,
     write_tables,
 )
@@ -72,33 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
     counts = FileCounts()
-    if args.data:
-        chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts)
-        what, progress = args.data, Progress(None, "evaluate")
-    else:
-        if args.data_dir:
-            cfg = cfg.override({"data.data_dir": args.data_dir})
-        shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-        rows, what = load_rows(shards, name), f"{cfg.data.dataset} {name}"
-        chunks, progress = iter([rows]), Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
+    chunks, what, progress = _problems(args, cfg, solver, counts, name)
     beam_size = args.beam_size or solver.cfg.beam_size
-    tally, started, wrong = Tally(), time.perf_counter(), []
+    started = time.perf_counter()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with replacing(out / f"predictions_{name}.jsonl") if out else contextlib.nullcontext() as sink:
-        for rows in chunks:
-            predictions = predict(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=beam_size,
-                                  batch_size=args.batch_size, device=args.device, bf16_inference=args.bf16,
-                                  progress=(lambda d, base=tally.n: progress.update(base + d)) if progress else None)
-            for row, prediction in zip(rows, predictions):
-                scored = score(row, prediction)
-                tally.add(scored)
-                if sink is not None:
-                    sink.write(prediction_line(scored))
-                if pages is not None and not scored.value_correct and len(wrong) < args.explain:
-                    wrong.append((row, scored))  # the first N only: a file of any size keeps N rows
-        if progress is not None:
-            progress.end()
+        tally, wrong = evaluate_chunks(solver, chunks, variant=cfg.data.graph, beam_size=beam_size,
+                                       batch_size=args.batch_size, device=args.device, bf16_inference=args.bf16,
+                                       sink=sink, progress=progress, keep_wrong=args.explain or 0)
         if not tally.n:
             raise ValueError(f"{what}: no problem can be scored")
     seconds = time.perf_counter() - started
@@ -119,6 +99,19 @@ def main(argv: list[str] | None = None) -> int:
                                   device=args.device, bf16_inference=args.bf16)
         print(f"[evaluate] wrote {len(pages.pages)} pages of wrongly solved problems: {index}")
     return 0
+
+
+def _problems(args: argparse.Namespace, cfg: Config, solver, counts: FileCounts, name: str):
+    """The rows to evaluate (chunks of a --data file as they are prepared, or a split of the
+    shards), what they are, and their progress line."""
+    if args.data:
+        chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts)
+        return chunks, args.data, Progress(None, "evaluate")
+    if args.data_dir:
+        cfg = cfg.override({"data.data_dir": args.data_dir})
+    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
+    rows = load_rows(shards, name)
+    return iter([rows]), f"{cfg.data.dataset} {name}", Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
 
 
 def run() -> None:

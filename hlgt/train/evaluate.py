@@ -46,7 +46,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import IO, Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -204,6 +204,29 @@ def evaluate(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, 
     predictions = predict(solver, rows, vocab, variant=variant, beam_size=beam_size, batch_size=batch_size,
                           device=device, bf16_inference=bf16_inference, progress=progress)
     return score_predictions(rows, predictions)
+
+
+def evaluate_chunks(solver, chunks: Iterable[Sequence[Mapping[str, Any]]], *, variant: str, beam_size: int,
+                    batch_size: int, device: str = "cpu", bf16_inference: bool = False, sink: IO | None = None,
+                    progress=None, keep_wrong: int = 0) -> tuple[Tally, list[tuple[Mapping[str, Any], Scored]]]:
+    """Rows decoded and scored a chunk at a time (a file of any size in bounded memory): the tally,
+    each prediction line written to ``sink`` as it comes, and the first ``keep_wrong`` wrongly
+    solved rows with their scores (for their pages)."""
+    tally, wrong = Tally(), []
+    for rows in chunks:
+        report = (lambda done, base=tally.n: progress.update(base + done)) if progress else None
+        predictions = predict(solver, rows, solver.vocab, variant=variant, beam_size=beam_size, batch_size=batch_size,
+                              device=device, bf16_inference=bf16_inference, progress=report)
+        for row, prediction in zip(rows, predictions):
+            scored = score(row, prediction)
+            tally.add(scored)
+            if sink is not None:
+                sink.write(prediction_line(scored))
+            if not scored.value_correct and len(wrong) < keep_wrong:
+                wrong.append((row, scored))
+    if progress is not None:
+        progress.end()
+    return tally, wrong
 
 
 def score_predictions(rows: Sequence[Mapping[str, Any]],
