@@ -284,19 +284,11 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
                                 ship_package=True) if use_ray else False
         results: Iterator[pa.Table] = iter(())
         try:
-            if table.num_rows and use_ray:
-                results = run_ray(table, cfg.data.annotator, cfg.data.annotator_model, max(actors, 1), batch_size)
-            elif table.num_rows:
-                results = run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size,
-                                         cfg.data.dataset)
+            if table.num_rows:
+                results = _annotation(cfg, table, max(actors, 1) if use_ray else 0, batch_size)
             start, done = time.perf_counter(), 0
             for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
-                partial = out / f"{split}.partial"
-                _remove_split(partial)
-                partial.mkdir()
-                result = consume(part, split_table.num_rows, partial, first=done)
-                _remove_split(out / split)
-                partial.rename(out / split)
+                result = _write_split(out, split, part, split_table.num_rows, first=done)
                 manifest["splits"][split] = _split_entry(prepared.counts[split], result)
                 seconds, done = time.perf_counter() - start, done + split_table.num_rows
                 manifest["build"] = {
@@ -321,6 +313,24 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
 
                 ray.shutdown()
     return out
+
+
+def _annotation(cfg: Config, table: pa.Table, actors: int, batch_size: int) -> Iterator[pa.Table]:
+    """The annotation step's results in input order: ``actors`` Ray actors, or in this process (0)."""
+    if actors:
+        return run_ray(table, cfg.data.annotator, cfg.data.annotator_model, actors, batch_size)
+    return run_in_process(table, cfg.data.annotator, cfg.data.annotator_model, batch_size, cfg.data.dataset)
+
+
+def _write_split(out: Path, split: str, results: Iterable[pa.Table], rows: int, first: int) -> SplitResult:
+    """One split's shards, written into ``<split>.partial`` and renamed over ``<split>`` when whole."""
+    partial = out / f"{split}.partial"
+    _remove_split(partial)
+    partial.mkdir()
+    result = consume(results, rows, partial, first=first)
+    _remove_split(out / split)
+    partial.rename(out / split)
+    return result
 
 
 def _starts(prepared: Prepared, splits: list[str]) -> list[int]:
