@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hlgt import metrics as M
-from hlgt import storage
 from hlgt.config import Config
+from hlgt.storage import filesystem, is_uri
 from hlgt.train import loop, tracking
 
 SPLITS = ("train", "valid", "test")
@@ -175,7 +175,7 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     loop_config = {
         "cfg": cfg.to_flat(), "vocab": load_vocab(shards_dir).to_dict(), "shards_dir": str(shards_dir),
         "splits": splits, "run_name": name, "group": group, "wandb_mode": wandb_mode,
-        "wandb_dir": wandb_dir or (None if storage.is_uri(storage) else str(Path(storage) / name)),
+        "wandb_dir": wandb_dir or (None if is_uri(storage) else str(Path(storage) / name)),
         "evaluate_test": evaluate_test,
     }
     return TorchTrainer(
@@ -201,7 +201,7 @@ def resumed_config(run_dir: str) -> dict | None:
     local path or a URI; checkpoint names sort by time), the one a re-run resumes; None for a new run."""
     import pyarrow.fs
 
-    fs, root = storage.filesystem(run_dir)
+    fs, root = filesystem(run_dir)
     found = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
     configs = [f"{i.path}/config.json" for i in found if i.base_name.startswith("checkpoint_")]
     kept = [c for c in sorted(configs) if fs.get_file_info(c).type == pyarrow.fs.FileType.File]
@@ -237,7 +237,7 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
             raise
         return FitResult(metrics={}, checkpoint=None, run_dir=run_dir, error=e)
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
-    if checkpoint and not storage.is_uri(storage):
+    if checkpoint and not is_uri(storage):
         loop.publish(Path(checkpoint), Path(run_dir))
     metrics = (result.return_value if isinstance(result.return_value, dict) and result.return_value
                else dict(result.metrics or {}))
