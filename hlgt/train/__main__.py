@@ -1,4 +1,6 @@
 """python -m hlgt.train: the command hlgt-train (``hlgt.commands.train``)."""
-from hlgt.commands.train import run
 
-run()
+if __name__ == "__main__":
+    from hlgt.commands.train import run
+
+    run()
