@@ -12,7 +12,7 @@ import pytest
 
 from hlgt import metrics as M
 from hlgt.config import Config
-from hlgt.train import launch, loop
+from hlgt.train import checkpoint, launch
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -65,7 +65,7 @@ def test_two_workers_on_two_nodes(cluster, shards, tmp_path):
     run = Path(result.run_dir)
     checkpoints = sorted(run.glob("checkpoint_*"))
     assert checkpoints and len(checkpoints) <= 3  # best 2 by val/value_acc + the latest
-    state = loop.read_checkpoint(result.checkpoint)
+    state = checkpoint.read_checkpoint(result.checkpoint)
     assert state["finished"] and [m[M.EPOCH] for m in state["history"]] == [1, 2, 3]
     assert all(M.VAL_VALUE_ACC in m and M.TRAIN_LOSS in m for m in state["history"])
     # Published next to the checkpoints: the model folder, results, predictions.
@@ -108,7 +108,7 @@ def test_killed_run_resumes_with_the_same_name(cluster, shards, tmp_path):
     assert first.error is not None, "the run should have died with its worker"
 
     second = fit(shards, tmp_path, name, max_failures=0)
-    state = loop.read_checkpoint(second.checkpoint)
+    state = checkpoint.read_checkpoint(second.checkpoint)
     assert state["starts"][0] == 0 and state["starts"][-1] >= 1, "the re-run continued from a checkpoint"
     assert [m[M.EPOCH] for m in state["history"]] == [1, 2, 3]  # as many epochs as an uninterrupted run
     assert second.metrics[M.EPOCH] == 3

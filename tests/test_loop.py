@@ -6,7 +6,7 @@ import pytest
 
 from hlgt import metrics as M
 from hlgt.config import Config
-from hlgt.train import loop
+from hlgt.train import checkpoint, loop, step
 
 TINY = {"data.dataset": "sample", "train.epochs": 2, "train.lr_step": 1, "train.batch_size": 16,
         "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
@@ -48,7 +48,7 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     assert set(result.metrics) >= {M.VAL_VALUE_ACC, M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC, M.EPOCH}
     assert result.metrics[M.EPOCH] == 2
 
-    state = loop.read_checkpoint(run / "checkpoint")  # torch.load(weights_only=True)
+    state = checkpoint.read_checkpoint(run / "checkpoint")  # torch.load(weights_only=True)
     assert state["epoch"] == 2 and state["finished"] and state["starts"] == [0]
     assert {"optimizer", "scheduler", "history", "best_epoch"} <= set(state)
     flat = json.loads((run / "checkpoint" / "config.json").read_text())
@@ -82,7 +82,7 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
     cfg = tiny(**{"train.epochs": 3})
     straight = loop.train(cfg, shards, run_dir=tmp_path / "straight")
 
-    reporter = loop.LocalReporter(tmp_path / "resumed")
+    reporter = checkpoint.LocalReporter(tmp_path / "resumed")
 
     def report_then_die(metrics, checkpoint_dir):
         reporter(metrics, checkpoint_dir)
@@ -91,10 +91,10 @@ def test_interrupted_run_resumes_to_the_same_result(shards, tmp_path):
 
     with pytest.raises(Interrupt):
         loop.train(cfg, shards, report=report_then_die)
-    assert loop.read_checkpoint(reporter.checkpoint)["epoch"] == 1
+    assert checkpoint.read_checkpoint(reporter.checkpoint)["epoch"] == 1
     resumed = loop.train(cfg, shards, run_dir=tmp_path / "resumed", resume_from=reporter.checkpoint)
 
-    assert loop.read_checkpoint(tmp_path / "resumed" / "checkpoint")["starts"] == [0, 1]
+    assert checkpoint.read_checkpoint(tmp_path / "resumed" / "checkpoint")["starts"] == [0, 1]
     assert [m[M.EPOCH] for m in resumed.history] == [1, 2, 3]
     # Same data order, restored optimizer, scheduler and RNG: the same training, epoch for epoch.
     for a, b in zip(straight.history, resumed.history):
@@ -113,7 +113,7 @@ def _logged_epochs(run):
 
 def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards, tmp_path):
     cfg = tiny(**{"train.epochs": 2})
-    reporter = loop.LocalReporter(tmp_path / "r")
+    reporter = checkpoint.LocalReporter(tmp_path / "r")
 
     def report_then_die(metrics, checkpoint_dir):
         reporter(metrics, checkpoint_dir)
@@ -123,14 +123,14 @@ def test_a_kill_between_the_checkpoint_renames_resumes_from_the_old_copy(shards,
     with pytest.raises(Interrupt):
         loop.train(cfg, shards, report=report_then_die)
     reporter.checkpoint.rename(tmp_path / "r" / ".checkpoint.old")  # killed after the first rename
-    latest = loop.LocalReporter(tmp_path / "r").latest()
-    assert latest == reporter.checkpoint and loop.read_checkpoint(latest)["epoch"] == 1
+    latest = checkpoint.LocalReporter(tmp_path / "r").latest()
+    assert latest == reporter.checkpoint and checkpoint.read_checkpoint(latest)["epoch"] == 1
     resumed = loop.train(cfg, shards, run_dir=tmp_path / "r", resume_from=latest)
-    assert loop.read_checkpoint(latest)["starts"] == [0, 1] and len(resumed.history) == 2
+    assert checkpoint.read_checkpoint(latest)["starts"] == [0, 1] and len(resumed.history) == 2
     assert _logged_epochs(tmp_path / "r") == [1, 2, 2]  # each epoch once, then the final (test) report
     loop.train(cfg, shards, run_dir=tmp_path / "r")  # --fresh over the same folder
     assert _logged_epochs(tmp_path / "r") == [1, 2, 2]
-    assert loop.LocalReporter(tmp_path / "empty").latest() is None
+    assert checkpoint.LocalReporter(tmp_path / "empty").latest() is None
 
 
 def test_a_finished_run_rerun_restores_its_outputs(shards, tmp_path):
@@ -152,7 +152,7 @@ def test_time_budget_stops_after_the_epoch_that_crosses_it(shards, tmp_path):
     result = loop.train(tiny(**{"train.epochs": 5, "train.max_minutes": 1e-6}), shards, run_dir=tmp_path / "r")
     assert [m[M.EPOCH] for m in result.history] == [1]
     assert result.metrics[M.EPOCH] == 1 and M.TEST_VALUE_ACC in result.metrics
-    assert loop.read_checkpoint(tmp_path / "r" / "checkpoint")["finished"]
+    assert checkpoint.read_checkpoint(tmp_path / "r" / "checkpoint")["finished"]
 
 
 def test_report_is_required(shards):
@@ -337,7 +337,7 @@ def test_epoch_stats_norms_are_each_parts_and_the_whole_models():
     a, b, c, idle = (torch.nn.Parameter(torch.randn(s)) for s in ((3, 4), (5,), (2, 2), (7,)))
     for p in (a, b, c):
         p.grad = torch.randn_like(p)
-    stats = loop.EpochStats({"x": [a, b], "y": [c, idle], "z": [idle]}, torch.device("cpu"))
+    stats = step.EpochStats({"x": [a, b], "y": [c, idle], "z": [idle]}, torch.device("cpu"))
     out = {"loss": torch.tensor(1.0), "tree_loss": torch.tensor(1.0), "com_loss": torch.tensor(0.0), "scales": {}}
     total = stats.step(out, 4)
     get = torch.nn.utils.get_total_norm
@@ -375,6 +375,6 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning_naming_the_file(tmp_
     run.mkdir()
     lines = [json.dumps({M.EPOCH: e, M.TRAIN_LOSS: 1.0 / e}) for e in (1, 2, 3)]
     (run / "metrics.jsonl").write_text("\n".join(lines) + '\n{"epoch": 4, "train/lo', encoding="utf-8")  # killed
-    loop.LocalReporter(run).restart(2)
+    checkpoint.LocalReporter(run).restart(2)
     assert _logged_epochs(run) == [1, 2]
     assert f"{run / 'metrics.jsonl'} line 4 is not a metrics record" in capsys.readouterr().out

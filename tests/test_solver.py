@@ -381,7 +381,7 @@ def test_a_planned_training_step_on_the_gpu_never_waits_for_it():
     # Everything that reads values is made by plan() on the CPU; the step itself (forward,
     # backward, gradient norms, fused Adam) must not synchronise, and must compute the CPU's losses.
     from hlgt.config import Config
-    from hlgt.train.loop import EpochStats, make_optimizer
+    from hlgt.train.step import EpochStats, make_optimizer
 
     model = solver(encoder="hlgt")
     batch = model.plan(collate(make_rows(6, 3), VOCAB))

@@ -117,7 +117,7 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
     from hlgt.data.collate import collate, encode
     from hlgt.model.solver import Solver
     from hlgt.train.cuda_graphs import GraphedSteps
-    from hlgt.train.loop import epoch_batches, make_optimizer, train_step
+    from hlgt.train.step import epoch_batches, make_optimizer, train_step
 
     solver = Solver(cfg.model, vocab).to(device)
     opt, _ = make_optimizer(cfg, solver)

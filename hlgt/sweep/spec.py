@@ -151,8 +151,8 @@ def sole_sweep(spec: SweepSpec) -> contextlib.AbstractContextManager:
 
 def settings(spec: SweepSpec) -> dict[str, Any]:
     """What the sweep's trials train, flat: every config key but where files go and how a run runs
-    (``loop.PLACEMENT_KEYS``), then the arms, configurations, replicates and scheduler."""
-    from hlgt.train.loop import PLACEMENT_KEYS
+    (``checkpoint.PLACEMENT_KEYS``), then the arms, configurations, replicates and scheduler."""
+    from hlgt.train.checkpoint import PLACEMENT_KEYS
 
     flat = {k: v for k, v in spec.centre.to_flat().items() if k not in PLACEMENT_KEYS}
     flat.update({"sweep.arms": spec.arms, "sweep.samples": spec.samples, "sweep.replicates": spec.replicates,
@@ -169,7 +169,7 @@ def check_same_sweep(spec: SweepSpec) -> None:
             saved = json.loads(f.read())
     except FileNotFoundError:
         return
-    from hlgt.train.loop import changed_settings
+    from hlgt.train.checkpoint import changed_settings
 
     changed = changed_settings(saved, settings(spec))
     if changed:

@@ -29,7 +29,7 @@ from hlgt.inference import predict
 from hlgt.model.gru import CPU_GRU
 from hlgt.model.solver import Solver
 from hlgt.train.cuda_graphs import GraphedSteps
-from hlgt.train.loop import OPTIMIZER_STEP, EpochStats, make_optimizer, train_step
+from hlgt.train.step import OPTIMIZER_STEP, EpochStats, make_optimizer, train_step
 
 
 def _sync(device: torch.device) -> None:

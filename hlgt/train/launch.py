@@ -6,7 +6,7 @@ the training Parquet through Ray Data, the whole validation and test splits on r
 ``report`` that forwards to ``ray.train.report``; then it calls the loop.
 
 Checkpoints: rank 0 writes one every epoch (model, optimizer, scheduler, epoch, config,
-vocabulary: see loop.py); Ray keeps the best ``keep`` by validation value accuracy plus the latest.
+vocabulary: see checkpoint.py); Ray keeps the best ``keep`` by validation value accuracy plus the latest.
 Resume: a stopped or failed run re-run with the same ``name`` and ``storage`` continues from its
 latest checkpoint (``ray.train.get_checkpoint()``); worker failures are retried
 (``FailureConfig(max_failures)``). Storage is a local folder by default, any path Ray accepts
@@ -24,6 +24,8 @@ from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.storage import filesystem, is_uri
 from hlgt.train import loop, tracking
+from hlgt.train.checkpoint import publish
+from hlgt.train.step import epoch_batches
 
 SPLITS = ("train", "valid", "test")
 
@@ -120,7 +122,7 @@ def _ray_runtime(cfg: Config, vocab, splits: list[str]) -> loop.Runtime:
         # shuffle of the shard per epoch beats a local shuffle buffer.
         if not shard_rows:
             shard_rows.extend(encode(read_rows("train"), vocab))
-        return loop.epoch_batches(shard_rows, vocab, cfg, epoch)
+        return epoch_batches(shard_rows, vocab, cfg, epoch)
 
     def all_reduce(t: torch.Tensor) -> torch.Tensor:
         if world == 1 or not dist.is_initialized():
@@ -238,7 +240,7 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
         return FitResult(metrics={}, checkpoint=None, run_dir=run_dir, error=e)
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     if checkpoint and not is_uri(storage):
-        loop.publish(Path(checkpoint), Path(run_dir))
+        publish(Path(checkpoint), Path(run_dir))
     metrics = (result.return_value if isinstance(result.return_value, dict) and result.return_value
                else dict(result.metrics or {}))
     return FitResult(metrics=metrics, checkpoint=checkpoint, run_dir=run_dir, error=None)

@@ -19,62 +19,38 @@ into the final checkpoint.
 state), ``fit`` runs the epochs (``train_epoch``, ``validate``, ``report_epoch``), ``finish``
 evaluates the best model once and reports the outputs.
 
-Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
-
-    trainer_state.pt   epoch, optimizer, scheduler, best epoch and metrics, history, RNG, finished,
-                       starts (the epoch each start or resume began after)
-    config.json        the full flat config
-    model/             Solver.save of the current weights (config, vocabulary, weights)
-    best/              Solver.save of the best weights + run_config.json: a model folder on its own
-    results.json, predictions_{valid,test}.jsonl, numbers_{valid,test}.{md,csv}   (final only)
-
-Everything loads with ``torch.load(weights_only=True)``.
+Checkpoints and the single-process run folder: ``hlgt.train.checkpoint``; the step itself and
+the epoch's batch order: ``hlgt.train.step``.
 """
 from __future__ import annotations
 
 import copy
 import json
 import math
-import random
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import numpy as np
 import torch
 from torch import nn
-from torch.profiler import record_function
 
 from hlgt import metrics as M
 from hlgt.config import Config
-from hlgt.data.collate import encode, iter_batches
+from hlgt.data.collate import encode
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.data.vocab import read_word_vectors
 from hlgt.inference import predict
 from hlgt.model.solver import Solver
-from hlgt.storage import write_text
 from hlgt.train import cuda_graphs, tracking
 from hlgt.train import evaluate as E
-
-STATE_FILE = "trainer_state.pt"
-RESULTS_FILE = "results.json"
-# Files a finished run publishes next to its checkpoints (``publish``).
-OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.jsonl",
-           "numbers_valid.md", "numbers_valid.csv", "numbers_test.md", "numbers_test.csv")
+from hlgt.train.checkpoint import RESULTS_FILE, LocalReporter, fresh_state, publish, read_checkpoint, write_checkpoint
+from hlgt.train.step import EpochStats, epoch_batches, make_optimizer, seed_everything, train_step
 
 SPLIT_METRICS = {"valid": (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC), "test": (M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC)}
 
 Report = Callable[[dict, "Path | None"], None]
-OPTIMIZER_STEP = "hlgt::optimizer_step"  # the optimizer's part of a step, labelled for torch.profiler (bench)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -114,226 +90,6 @@ def _load_word_vectors(solver, vocab, path: str, log: Callable[[str], None]) -> 
                 found.vectors, dtype=embedding.dtype, device=embedding.device)
     log(f"word vectors: {len(found.ids)} of {len(vocab.words) - 3} vocabulary words from {path} "
         f"({found.lines} vectors read, {found.malformed} malformed lines skipped)")
-
-
-def make_optimizer(cfg: Config, model: nn.Module):
-    """Adam and its step schedule for a model already on its device. Fused: one operator updates
-    every parameter (CPU and CUDA alike), where the per-parameter loop dispatches about 800."""
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, fused=True)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(cfg.train.lr_step, 1), gamma=cfg.train.lr_gamma)
-    return opt, sched
-
-
-def _fresh_state() -> dict:
-    return {"epoch": 0, "best_epoch": 0, "best": {M.VAL_VALUE_ACC: -1.0, M.VAL_EQUATION_ACC: 0.0},
-            "last_val": {}, "history": [], "finished": False, "starts": [0]}
-
-
-def write_checkpoint(directory: Path, cfg: Config, solver: nn.Module, best_weights: dict, opt, sched,
-                     state: Mapping[str, Any]) -> None:
-    """One resumable checkpoint (layout in the module docstring)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(cfg.to_flat(), indent=1), encoding="utf-8")
-    solver.save(directory / "model", extra={"epoch": state["epoch"]})
-    best = copy.deepcopy(solver)
-    best.load_state_dict(best_weights)
-    best.save(directory / "best", extra={"epoch": state["best_epoch"], **state["best"]})
-    (directory / "best" / "run_config.json").write_text(
-        json.dumps({"config": cfg.to_flat(), "epoch": state["best_epoch"], **state["best"]}, indent=1),
-        encoding="utf-8")
-    torch.save({**state, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "rng": torch.get_rng_state()}, directory / STATE_FILE)
-
-
-def read_checkpoint(directory: str | Path) -> dict:
-    """The trainer state of a checkpoint folder (``weights_only=True``)."""
-    path = Path(directory) / STATE_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: not a checkpoint folder written by hlgt.train.loop")
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-# Keys that say where a run's files are or how it runs, not what it trains: a resumed run may
-# change them (another machine, more workers, a time budget, W&B off).
-PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb", "train.wandb_project",
-                            "train.workers", "train.threads", "train.use_gpu", "train.compile", "train.cuda_graphs",
-                            "train.max_minutes", "model.bf16_inference"})
-
-
-def changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``"key old -> new"`` for every setting of ``now`` (flat) that differs from ``saved``, but
-    the ``PLACEMENT_KEYS``."""
-    return [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
-            if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
-
-
-def check_same_run(cfg: Config, saved: Mapping[str, Any] | None, run_dir: str | Path) -> None:
-    """``ValueError`` when ``saved``, the config of the checkpoint a run in ``run_dir`` would resume,
-    trained other settings than ``cfg``: resuming would silently keep the old ones, or fail on the
-    weights. ``saved=None``: nothing to resume."""
-    if saved is None:
-        return
-    changed = changed_settings(saved, cfg.to_flat())
-    if changed:
-        raise ValueError(f"{run_dir} holds a run of other settings ({'; '.join(changed)}): "
-                         "--fresh starts it over, --name NAME trains a new run beside it")
-
-
-def publish(checkpoint_dir: Path, run_dir: Path) -> None:
-    """Copy a finished run's outputs (best model, results, predictions, tables) into ``run_dir``."""
-    for name in OUTPUTS:
-        src = Path(checkpoint_dir) / name
-        dst = Path(run_dir) / name
-        if not src.exists():
-            continue
-        if dst.is_dir():
-            shutil.rmtree(dst)
-        if src.is_dir():
-            shutil.copytree(src, dst)
-        else:
-            shutil.copy2(src, dst)
-
-
-def _metrics_record(line: bytes) -> dict | None:
-    """One line of ``metrics.jsonl`` as its record, or None when it is blank or no record."""
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reading
-        return None
-    return record if isinstance(record, dict) else None
-
-
-class LocalReporter:
-    """The single-process ``report``: keeps the latest checkpoint in ``run_dir/checkpoint``
-    (swapped in whole, so a kill mid-copy leaves the previous one), appends metrics to
-    ``run_dir/metrics.jsonl`` and publishes the outputs of the final checkpoint."""
-
-    def __init__(self, run_dir: str | Path) -> None:
-        self.run_dir = Path(run_dir)  # created with the first report: a run that fails first leaves no folder
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.run_dir / "checkpoint"
-
-    def latest(self) -> Path | None:
-        """The checkpoint to resume from, or None. A kill between the swap's two renames leaves
-        only ``.checkpoint.old``, complete: it is moved back into place first."""
-        old = self.run_dir / ".checkpoint.old"
-        if not self.checkpoint.exists() and (old / STATE_FILE).exists():
-            old.rename(self.checkpoint)
-        return self.checkpoint if (self.checkpoint / STATE_FILE).exists() else None
-
-    def restart(self, epoch: int) -> None:
-        """Keep in ``metrics.jsonl`` only the epochs up to ``epoch``, where training (re)starts (0
-        for a fresh run): a resume or ``--fresh`` re-run then never lists an epoch twice."""
-        path = self.run_dir / "metrics.jsonl"
-        if not path.exists():
-            return
-        kept = []
-        for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
-            record = _metrics_record(line)
-            if record is None and line.strip():  # a kill mid-append tears the last line
-                print(f"[train] {path} line {number} is not a metrics record (cut short?): dropped", flush=True)
-            elif record is not None and record.get(M.EPOCH, 0) <= epoch:
-                kept.append(line.decode("utf-8") + "\n")
-        write_text(path, "".join(kept))
-
-    def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
-            f.write(json.dumps(metrics) + "\n")
-        if checkpoint_dir is None:
-            return
-        self.latest()
-        staging = self.run_dir / ".checkpoint.tmp"
-        old = self.run_dir / ".checkpoint.old"
-        for p in (staging, old):
-            if p.exists():
-                shutil.rmtree(p)
-        shutil.copytree(checkpoint_dir, staging)
-        if self.checkpoint.exists():
-            self.checkpoint.rename(old)
-        staging.rename(self.checkpoint)
-        if old.exists():
-            shutil.rmtree(old)
-        if (self.checkpoint / RESULTS_FILE).exists():
-            publish(self.checkpoint, self.run_dir)
-
-
-class EpochStats:
-    """One epoch's training statistics, accumulated on the device without a host synchronisation
-    per step: problem-weighted losses, each model part's and the whole model's largest gradient
-    norm, and the mean of each activation scale (``Solver.forward``'s ``scales``)."""
-
-    def __init__(self, parts: Mapping[str, list[nn.Parameter]], device: torch.device) -> None:
-        self.parts = parts
-        self.losses = torch.zeros(4, dtype=torch.float64, device=device)  # loss, tree, com, problems
-        self.norm_max = torch.zeros(1 + len(parts), device=device)       # whole model, then each part
-        self.params = [p for ps in parts.values() for p in ps]
-        self.part_of = torch.tensor([i for i, ps in enumerate(parts.values()) for _ in ps],
-                                    dtype=torch.long, device=device)     # [params] each one's part
-        self.scales: dict[str, torch.Tensor] = {}
-        self.batches = 0
-
-    def step(self, out: Mapping[str, Any], n: int) -> torch.Tensor:
-        """Record one batch after its backward pass; returns the gradient's global norm."""
-        self.losses += torch.stack([out["loss"].detach(), out["tree_loss"].detach(), out["com_loss"].detach(),
-                                    torch.ones_like(out["loss"])]).double() * n
-        for name, value in out["scales"].items():
-            self.scales[name] = self.scales.get(name, 0) + value
-        self.batches += 1
-        # Every parameter's norm in one multi-tensor kernel (as clip_grad_norm_ takes them), then
-        # summed by part: a few operators per step instead of a dozen per part.
-        grads = [p.grad for p in self.params]
-        given = [g for g in grads if g is not None]
-        found, zero = iter(torch._foreach_norm(given) if given else ()), self.norm_max.new_zeros(())
-        norms = torch.stack([next(found) if g is not None else zero for g in grads])  # [params]
-        part_sq = self.norm_max.new_zeros(len(self.parts)).index_add_(
-            0, self.part_of, norms.square().to(self.norm_max.dtype))             # [parts]
-        total = part_sq.sum().sqrt()
-        self.norm_max = torch.maximum(self.norm_max, torch.cat([total[None], part_sq.sqrt()]))
-        return total
-
-    def sums(self) -> torch.Tensor:
-        """[loss, tree, com] summed over problems, then the number of problems (float64, CPU)."""
-        return self.losses.cpu()
-
-    def norms_and_scales(self) -> dict[str, float]:
-        norm_max = self.norm_max.tolist()
-        metrics = {M.TRAIN_GRAD_NORM_MAX: norm_max[0],
-                   **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
-        for name, total in self.scales.items():
-            metrics[M.scale_metric(name)] = float(total) / max(self.batches, 1)
-        return metrics
-
-
-def train_step(forward: Callable, opt: torch.optim.Optimizer, batch, stats: EpochStats | None = None,
-               grad_clip: float = 0.0, params: Iterable[nn.Parameter] = ()) -> torch.Tensor:
-    """One training step, as the trainer, the benchmark and the sweep's memory probe all take it:
-    ``forward`` (the solver, its data-parallel wrapper or ``GraphedSteps.forward``) on a planned
-    batch on its device, backward, the gradient-norm bookkeeping (``stats``), clipping the global
-    norm of ``params`` to ``grad_clip`` (> 0), the optimizer's step. -> the loss, detached (not
-    read back)."""
-    out = forward(batch)
-    opt.zero_grad(set_to_none=True)
-    out["loss"].backward()
-    # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
-    norm = stats.step(out, len(batch)) if stats is not None else None
-    if grad_clip > 0:
-        if norm is None:
-            torch.nn.utils.clip_grad_norm_(params, grad_clip)
-        else:
-            torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
-    with record_function(OPTIMIZER_STEP):
-        opt.step()
-    return out["loss"].detach()
-
-
-def epoch_batches(rows: list[dict], vocab, cfg: Config, epoch: int) -> Iterable:
-    """Epoch ``epoch``'s training batches of ``encode``d ``rows``: a shuffle seeded by the run's
-    seed and the epoch, so that a resumed run draws the batches it would have drawn."""
-    return iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed * 100_003 + epoch,
-                        variant=cfg.data.graph)
 
 
 def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
@@ -416,7 +172,7 @@ class Trainer:
             # Rank 0 only: DDP broadcasts rank 0's weights to the others.
             _load_word_vectors(self.solver, self.vocab, cfg.train.word_vectors, self.log)
         self.opt, self.sched = make_optimizer(cfg, self.solver)
-        self.state = _fresh_state()
+        self.state = fresh_state()
         if resume_from is None:
             self.best_weights = copy.deepcopy(self.solver.state_dict())
         else:
@@ -432,7 +188,7 @@ class Trainer:
         self.opt.load_state_dict(saved["optimizer"])
         self.sched.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
-        self.state = {k: saved[k] for k in _fresh_state()}
+        self.state = {k: saved[k] for k in fresh_state()}
         self.state["starts"] = list(self.state["starts"]) + [self.state["epoch"]]  # where each (re)start began
         self.log(f"resuming from {checkpoint} after epoch {self.state['epoch']}")
 

@@ -20,7 +20,7 @@ from hlgt.data.build import ensure_shards, fold_tag
 from hlgt.data.shards import use_shards
 from hlgt.ray_session import start_ray
 from hlgt.storage import check_owned, claim, is_uri, remove_owned, sole_writer
-from hlgt.train import launch, loop
+from hlgt.train import checkpoint, launch, loop
 
 
 def run_name(cfg: Config, arm: str) -> str:
@@ -77,19 +77,19 @@ def check_resumable(cfg: Config, run_dir: str, use_ray: bool) -> None:
     is: one of the other way of training (Ray Train's ``checkpoint_<time>`` folders, the in-process
     loop's ``checkpoint/``), beside which it would train anew, or one of other settings."""
     with_ray = launch.resumed_config(run_dir)
-    here = None if is_uri(run_dir) else loop.LocalReporter(run_dir).latest()
+    here = None if is_uri(run_dir) else checkpoint.LocalReporter(run_dir).latest()
     if (here if use_ray else with_ray) is not None:
         raise ValueError(f"{run_dir} holds a run trained {'in process' if use_ray else 'with Ray'}, which this "
                          "command would not resume: re-run it the same way, or --fresh starts it over")
     if use_ray:
-        loop.check_same_run(cfg, with_ray, run_dir)
+        checkpoint.check_same_run(cfg, with_ray, run_dir)
     elif here is not None:
-        loop.check_same_run(cfg, json.loads((here / "config.json").read_text(encoding="utf-8")), run_dir)
+        checkpoint.check_same_run(cfg, json.loads((here / "config.json").read_text(encoding="utf-8")), run_dir)
 
 
 def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
     """The loop in this process, resuming the run folder's checkpoint if it has one."""
-    resume = loop.LocalReporter(run_dir).latest() if Path(run_dir).is_dir() else None
+    resume = checkpoint.LocalReporter(run_dir).latest() if Path(run_dir).is_dir() else None
     device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
     if cfg.train.use_gpu and device.type != "cuda":
         print("[train] train.use_gpu is set but CUDA is not available: training on CPU", flush=True)

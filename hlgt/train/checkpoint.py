@@ -1,0 +1,173 @@
+"""A training run's checkpoints, and the run folder of a single-process run.
+
+``LocalReporter`` is the single-process ``report`` of ``hlgt.train.loop.train``: the latest
+checkpoint in ``run_dir/checkpoint``, the metrics in ``run_dir/metrics.jsonl``, a finished run's
+outputs published beside them. ``check_same_run`` refuses to resume a checkpoint of other settings.
+
+Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
+
+    trainer_state.pt   epoch, optimizer, scheduler, best epoch and metrics, history, RNG, finished,
+                       starts (the epoch each start or resume began after)
+    config.json        the full flat config
+    model/             Solver.save of the current weights (config, vocabulary, weights)
+    best/              Solver.save of the best weights + run_config.json: a model folder on its own
+    results.json, predictions_{valid,test}.jsonl, numbers_{valid,test}.{md,csv}   (final only)
+
+Everything loads with ``torch.load(weights_only=True)``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from hlgt import metrics as M
+from hlgt.config import Config
+from hlgt.storage import write_text
+
+STATE_FILE = "trainer_state.pt"
+RESULTS_FILE = "results.json"
+# Files a finished run publishes next to its checkpoints (``publish``).
+OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.jsonl",
+           "numbers_valid.md", "numbers_valid.csv", "numbers_test.md", "numbers_test.csv")
+
+
+def fresh_state() -> dict:
+    return {"epoch": 0, "best_epoch": 0, "best": {M.VAL_VALUE_ACC: -1.0, M.VAL_EQUATION_ACC: 0.0},
+            "last_val": {}, "history": [], "finished": False, "starts": [0]}
+
+
+def write_checkpoint(directory: Path, cfg: Config, solver: nn.Module, best_weights: dict, opt, sched,
+                     state: Mapping[str, Any]) -> None:
+    """One resumable checkpoint (layout in the module docstring)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(cfg.to_flat(), indent=1), encoding="utf-8")
+    solver.save(directory / "model", extra={"epoch": state["epoch"]})
+    best = copy.deepcopy(solver)
+    best.load_state_dict(best_weights)
+    best.save(directory / "best", extra={"epoch": state["best_epoch"], **state["best"]})
+    (directory / "best" / "run_config.json").write_text(
+        json.dumps({"config": cfg.to_flat(), "epoch": state["best_epoch"], **state["best"]}, indent=1),
+        encoding="utf-8")
+    torch.save({**state, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "rng": torch.get_rng_state()}, directory / STATE_FILE)
+
+
+def read_checkpoint(directory: str | Path) -> dict:
+    """The trainer state of a checkpoint folder (``weights_only=True``)."""
+    path = Path(directory) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: not a checkpoint folder written by hlgt's training")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# Keys that say where a run's files are or how it runs, not what it trains: a resumed run may
+# change them (another machine, more workers, a time budget, W&B off).
+PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb", "train.wandb_project",
+                            "train.workers", "train.threads", "train.use_gpu", "train.compile", "train.cuda_graphs",
+                            "train.max_minutes", "model.bf16_inference"})
+
+
+def changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"key old -> new"`` for every setting of ``now`` (flat) that differs from ``saved``, but
+    the ``PLACEMENT_KEYS``."""
+    return [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+            if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
+
+
+def check_same_run(cfg: Config, saved: Mapping[str, Any] | None, run_dir: str | Path) -> None:
+    """``ValueError`` when ``saved``, the config of the checkpoint a run in ``run_dir`` would resume,
+    trained other settings than ``cfg``: resuming would silently keep the old ones, or fail on the
+    weights. ``saved=None``: nothing to resume."""
+    if saved is None:
+        return
+    changed = changed_settings(saved, cfg.to_flat())
+    if changed:
+        raise ValueError(f"{run_dir} holds a run of other settings ({'; '.join(changed)}): "
+                         "--fresh starts it over, --name NAME trains a new run beside it")
+
+
+def publish(checkpoint_dir: Path, run_dir: Path) -> None:
+    """Copy a finished run's outputs (best model, results, predictions, tables) into ``run_dir``."""
+    for name in OUTPUTS:
+        src = Path(checkpoint_dir) / name
+        dst = Path(run_dir) / name
+        if not src.exists():
+            continue
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+
+def _metrics_record(line: bytes) -> dict | None:
+    """One line of ``metrics.jsonl`` as its record, or None when it is blank or no record."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reading
+        return None
+    return record if isinstance(record, dict) else None
+
+
+class LocalReporter:
+    """The single-process ``report``: keeps the latest checkpoint in ``run_dir/checkpoint``
+    (swapped in whole, so a kill mid-copy leaves the previous one), appends metrics to
+    ``run_dir/metrics.jsonl`` and publishes the outputs of the final checkpoint."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)  # created with the first report: a run that fails first leaves no folder
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.run_dir / "checkpoint"
+
+    def latest(self) -> Path | None:
+        """The checkpoint to resume from, or None. A kill between the swap's two renames leaves
+        only ``.checkpoint.old``, complete: it is moved back into place first."""
+        old = self.run_dir / ".checkpoint.old"
+        if not self.checkpoint.exists() and (old / STATE_FILE).exists():
+            old.rename(self.checkpoint)
+        return self.checkpoint if (self.checkpoint / STATE_FILE).exists() else None
+
+    def restart(self, epoch: int) -> None:
+        """Keep in ``metrics.jsonl`` only the epochs up to ``epoch``, where training (re)starts (0
+        for a fresh run): a resume or ``--fresh`` re-run then never lists an epoch twice."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        kept = []
+        for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+            record = _metrics_record(line)
+            if record is None and line.strip():  # a kill mid-append tears the last line
+                print(f"[train] {path} line {number} is not a metrics record (cut short?): dropped", flush=True)
+            elif record is not None and record.get(M.EPOCH, 0) <= epoch:
+                kept.append(line.decode("utf-8") + "\n")
+        write_text(path, "".join(kept))
+
+    def __call__(self, metrics: dict, checkpoint_dir: Path | None) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(metrics) + "\n")
+        if checkpoint_dir is None:
+            return
+        self.latest()
+        staging = self.run_dir / ".checkpoint.tmp"
+        old = self.run_dir / ".checkpoint.old"
+        for p in (staging, old):
+            if p.exists():
+                shutil.rmtree(p)
+        shutil.copytree(checkpoint_dir, staging)
+        if self.checkpoint.exists():
+            self.checkpoint.rename(old)
+        staging.rename(self.checkpoint)
+        if old.exists():
+            shutil.rmtree(old)
+        if (self.checkpoint / RESULTS_FILE).exists():
+            publish(self.checkpoint, self.run_dir)

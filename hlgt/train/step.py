@@ -1,0 +1,108 @@
+"""One training step, as the trainer, the benchmark and the sweep's memory probe all take it, and
+what it needs: seeding, the optimizer and its schedule, an epoch's batch order, the epoch's
+statistics gathered on the device."""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+from torch.profiler import record_function
+
+from hlgt import metrics as M
+from hlgt.config import Config
+from hlgt.data.collate import iter_batches
+
+OPTIMIZER_STEP = "hlgt::optimizer_step"  # the optimizer's part of a step, labelled for torch.profiler (bench)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_optimizer(cfg: Config, model: nn.Module):
+    """Adam and its step schedule for a model already on its device. Fused: one operator updates
+    every parameter (CPU and CUDA alike), where the per-parameter loop dispatches about 800."""
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, fused=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(cfg.train.lr_step, 1), gamma=cfg.train.lr_gamma)
+    return opt, sched
+
+
+class EpochStats:
+    """One epoch's training statistics, accumulated on the device without a host synchronisation
+    per step: problem-weighted losses, each model part's and the whole model's largest gradient
+    norm, and the mean of each activation scale (``Solver.forward``'s ``scales``)."""
+
+    def __init__(self, parts: Mapping[str, list[nn.Parameter]], device: torch.device) -> None:
+        self.parts = parts
+        self.losses = torch.zeros(4, dtype=torch.float64, device=device)  # loss, tree, com, problems
+        self.norm_max = torch.zeros(1 + len(parts), device=device)       # whole model, then each part
+        self.params = [p for ps in parts.values() for p in ps]
+        self.part_of = torch.tensor([i for i, ps in enumerate(parts.values()) for _ in ps],
+                                    dtype=torch.long, device=device)     # [params] each one's part
+        self.scales: dict[str, torch.Tensor] = {}
+        self.batches = 0
+
+    def step(self, out: Mapping[str, Any], n: int) -> torch.Tensor:
+        """Record one batch after its backward pass; returns the gradient's global norm."""
+        self.losses += torch.stack([out["loss"].detach(), out["tree_loss"].detach(), out["com_loss"].detach(),
+                                    torch.ones_like(out["loss"])]).double() * n
+        for name, value in out["scales"].items():
+            self.scales[name] = self.scales.get(name, 0) + value
+        self.batches += 1
+        # Every parameter's norm in one multi-tensor kernel (as clip_grad_norm_ takes them), then
+        # summed by part: a few operators per step instead of a dozen per part.
+        grads = [p.grad for p in self.params]
+        given = [g for g in grads if g is not None]
+        found, zero = iter(torch._foreach_norm(given) if given else ()), self.norm_max.new_zeros(())
+        norms = torch.stack([next(found) if g is not None else zero for g in grads])  # [params]
+        part_sq = self.norm_max.new_zeros(len(self.parts)).index_add_(
+            0, self.part_of, norms.square().to(self.norm_max.dtype))             # [parts]
+        total = part_sq.sum().sqrt()
+        self.norm_max = torch.maximum(self.norm_max, torch.cat([total[None], part_sq.sqrt()]))
+        return total
+
+    def sums(self) -> torch.Tensor:
+        """[loss, tree, com] summed over problems, then the number of problems (float64, CPU)."""
+        return self.losses.cpu()
+
+    def norms_and_scales(self) -> dict[str, float]:
+        norm_max = self.norm_max.tolist()
+        metrics = {M.TRAIN_GRAD_NORM_MAX: norm_max[0],
+                   **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
+        for name, total in self.scales.items():
+            metrics[M.scale_metric(name)] = float(total) / max(self.batches, 1)
+        return metrics
+
+
+def train_step(forward: Callable, opt: torch.optim.Optimizer, batch, stats: EpochStats | None = None,
+               grad_clip: float = 0.0, params: Iterable[nn.Parameter] = ()) -> torch.Tensor:
+    """One training step, as the trainer, the benchmark and the sweep's memory probe all take it:
+    ``forward`` (the solver, its data-parallel wrapper or ``GraphedSteps.forward``) on a planned
+    batch on its device, backward, the gradient-norm bookkeeping (``stats``), clipping the global
+    norm of ``params`` to ``grad_clip`` (> 0), the optimizer's step. -> the loss, detached (not
+    read back)."""
+    out = forward(batch)
+    opt.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    # Norms are taken after data parallelism's all-reduce, so every rank clips alike.
+    norm = stats.step(out, len(batch)) if stats is not None else None
+    if grad_clip > 0:
+        if norm is None:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        else:
+            torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
+    with record_function(OPTIMIZER_STEP):
+        opt.step()
+    return out["loss"].detach()
+
+
+def epoch_batches(rows: list[dict], vocab, cfg: Config, epoch: int) -> Iterable:
+    """Epoch ``epoch``'s training batches of ``encode``d ``rows``: a shuffle seeded by the run's
+    seed and the epoch, so that a resumed run draws the batches it would have drawn."""
+    return iter_batches(rows, vocab, cfg.train.batch_size, shuffle=True, seed=cfg.train.seed * 100_003 + epoch,
+                        variant=cfg.data.graph)
