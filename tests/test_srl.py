@@ -1,4 +1,4 @@
-"""Tests for hlgt/data/srl.py: normalisation, the LTP/HanLP adapters on their documented output
+"""Tests for hlgt/data/srl/: normalisation, the LTP/HanLP adapters on their documented output
 shapes (tests/fixtures/srl), a real tiny LTP model on disk, the offline rules, and bad input."""
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ from hlgt.data.srl import (
     HanLPAnnotator,
     LTPAnnotator,
     OfflineAnnotator,
-    _clauses,
-    _rule_frames,
-    _rule_heads,
+    make_annotator,
+)
+from hlgt.data.srl.common import (
     coarse_pos,
     finish_pos,
     heads_from_one_based,
     is_quantity,
-    make_annotator,
     normalise_frames,
     normalise_role,
 )
+from hlgt.data.srl.offline import _clauses, _rule_frames, _rule_heads
 
 FIXTURES = Path(__file__).parent / "fixtures" / "srl"
 REPO = Path(__file__).resolve().parent.parent
