@@ -3,6 +3,9 @@
 Every stage that touches an equation goes through this file: the data verifier keeps a problem
 only when its equation evaluates to its answer (``values_match``), the shard builder turns the
 gold equation into a prefix target, and the scorer evaluates predicted prefixes.
+One module over 500 lines because it is one concept, the equations' number grammar: the
+tokeniser, the printer and the answer parser read numbers and fractions with the same patterns,
+and the evaluator's exactness rests on ``parse_number`` reading what the tokeniser emitted.
 
 What the raw equations of Math23K, MAWPS and APE210K contain, and how each form is read:
 
@@ -98,83 +101,106 @@ def tokenize_infix(s: str) -> list[str]:
     """
     if not isinstance(s, str):
         raise ExprError(f"equation must be a string, got {type(s).__name__}")
-    raw = s
-    s = _strip_unknown(_normalise(s))
-    tokens: list[str] = []
-    opens: list[tuple[str, int]] = []  # (bracket kind, index of its "(" in tokens)
-    group_start: dict[int, int] = {}  # index of a ")" -> index of its "("
-
-    def emit_operand_start(tok: str) -> None:
-        if tokens and (tokens[-1] == ")" or _is_operand(tokens[-1])):
-            raise ExprError(f"missing operator between {tokens[-1]!r} and {tok!r} "
-                            f"(implicit multiplication is not supported) in {raw!r}")
-        tokens.append(tok)
-
-    i, n = 0, len(s)
+    t = _Tokenizer(s)
+    s, i, n = t.s, 0, len(t.s)
     while i < n:
         c = s[i]
         if c.isspace():
             i += 1
         elif c.isdecimal():  # what the patterns' \d reads; ፩ and other digit-like signs are not numbers
-            m = _NUMBER_RE.match(s, i)
-            text, j = m.group(), m.end()
-            if j < n and (s[j] == "." or s[j] == "," and s[j + 1:j + 2].isdecimal()):
-                raise ExprError(f"malformed number at {s[i:j + 2]!r} in {raw!r}")
-            tail = _MIXED_TAIL_RE.match(s, j) if text.isdecimal() else None
-            if tail:  # mixed number n(a/b) -> ( n + a / b )
-                a, b = tail.group(1) or tail.group(2), tail.group(3) or tail.group(4)
-                emit_operand_start("(")
-                tokens.extend([text, "+", a, "/", b, ")"])
-                group_start[len(tokens) - 1] = len(tokens) - 7
-                j = tail.end()
-            else:
-                emit_operand_start(text)
-            i = j
+            i = t.number(i)
         elif c == "." and s[i + 1:i + 2].isdecimal():
-            raise ExprError(f"malformed number (no digit before '.') in {raw!r}")
+            raise ExprError(f"malformed number (no digit before '.') in {t.raw!r}")
         elif c == "*" and s[i + 1:i + 2] == "*":
-            tokens.append("^")
+            t.tokens.append("^")
             i += 2
         elif c in "+-*/^":
-            tokens.append(c)
+            t.tokens.append(c)
             i += 1
         elif c in "([":
-            opens.append((c, len(tokens)))
-            emit_operand_start("(")
+            t.opens.append((c, len(t.tokens)))
+            t.operand("(")
             i += 1
         elif c in ")]":
-            if not opens:
-                raise ExprError(f"unbalanced {c!r} in {raw!r}")
-            kind, start = opens.pop()
-            if (kind == "(") != (c == ")"):
-                raise ExprError(f"{kind!r} closed by {c!r} in {raw!r}")
-            tokens.append(")")
-            group_start[len(tokens) - 1] = start
+            t.close(c)
             i += 1
         elif c == "%":
-            last = tokens[-1] if tokens else None
-            if last is not None and _NUMBER_TOKEN_RE.fullmatch(last) and not last.endswith("%"):
-                tokens[-1] = last + "%"
-            elif last == ")" or last is not None and _SLOT_RE.fullmatch(last):  # (E)% -> ((E)/100)
-                start = group_start[len(tokens) - 1] if last == ")" else len(tokens) - 1
-                tokens.insert(start, "(")
-                tokens.extend(["/", "100", ")"])
-                group_start[len(tokens) - 1] = start
-            else:
-                raise ExprError(f"'%' after {last!r} in {raw!r}")
+            t.percent()
             i += 1
         elif c == ":":
-            raise ExprError(f"ratio ':' is not an arithmetic operator (not one of {OPS}) in {raw!r}")
+            raise ExprError(f"ratio ':' is not an arithmetic operator (not one of {OPS}) in {t.raw!r}")
         elif c == "N" and (m := _SLOT_RE.match(s, i)):
-            emit_operand_start(m.group())
+            t.operand(m.group())
             i = m.end()
         else:
-            raise ExprError(f"unexpected character {c!r} in {raw!r}")
-    if opens:
-        raise ExprError(f"unclosed {opens[-1][0]!r} in {raw!r}")
-    if not tokens:
-        raise ExprError(f"empty expression in {raw!r}")
-    return tokens
+            raise ExprError(f"unexpected character {c!r} in {t.raw!r}")
+    return t.finish()
+
+
+class _Tokenizer:
+    """One ``tokenize_infix`` call's state: the tokens so far, the open brackets, and where each
+    closed group starts (a ``%`` after it wraps the whole group)."""
+
+    def __init__(self, raw: str) -> None:
+        self.raw = raw
+        self.s = _strip_unknown(_normalise(raw))
+        self.tokens: list[str] = []
+        self.opens: list[tuple[str, int]] = []  # (bracket kind, index of its "(" in tokens)
+        self.group_start: dict[int, int] = {}  # index of a ")" -> index of its "("
+
+    def operand(self, tok: str) -> None:
+        """Append ``tok``, which starts an operand: never right after another operand."""
+        if self.tokens and (self.tokens[-1] == ")" or _is_operand(self.tokens[-1])):
+            raise ExprError(f"missing operator between {self.tokens[-1]!r} and {tok!r} "
+                            f"(implicit multiplication is not supported) in {self.raw!r}")
+        self.tokens.append(tok)
+
+    def number(self, i: int) -> int:
+        """The number at ``s[i]`` (a mixed number n(a/b) becomes ( n + a / b )); -> the index after it."""
+        s, tokens = self.s, self.tokens
+        m = _NUMBER_RE.match(s, i)
+        text, j = m.group(), m.end()
+        if j < len(s) and (s[j] == "." or s[j] == "," and s[j + 1:j + 2].isdecimal()):
+            raise ExprError(f"malformed number at {s[i:j + 2]!r} in {self.raw!r}")
+        tail = _MIXED_TAIL_RE.match(s, j) if text.isdecimal() else None
+        if not tail:
+            self.operand(text)
+            return j
+        a, b = tail.group(1) or tail.group(2), tail.group(3) or tail.group(4)
+        self.operand("(")
+        tokens.extend([text, "+", a, "/", b, ")"])
+        self.group_start[len(tokens) - 1] = len(tokens) - 7
+        return tail.end()
+
+    def close(self, c: str) -> None:
+        if not self.opens:
+            raise ExprError(f"unbalanced {c!r} in {self.raw!r}")
+        kind, start = self.opens.pop()
+        if (kind == "(") != (c == ")"):
+            raise ExprError(f"{kind!r} closed by {c!r} in {self.raw!r}")
+        self.tokens.append(")")
+        self.group_start[len(self.tokens) - 1] = start
+
+    def percent(self) -> None:
+        """``20%`` is one number token; ``(E)%`` becomes ``((E)/100)``, ``N0%`` ``(N0/100)``."""
+        tokens = self.tokens
+        last = tokens[-1] if tokens else None
+        if last is not None and _NUMBER_TOKEN_RE.fullmatch(last) and not last.endswith("%"):
+            tokens[-1] = last + "%"
+        elif last == ")" or last is not None and _SLOT_RE.fullmatch(last):
+            start = self.group_start[len(tokens) - 1] if last == ")" else len(tokens) - 1
+            tokens.insert(start, "(")
+            tokens.extend(["/", "100", ")"])
+            self.group_start[len(tokens) - 1] = start
+        else:
+            raise ExprError(f"'%' after {last!r} in {self.raw!r}")
+
+    def finish(self) -> list[str]:
+        if self.opens:
+            raise ExprError(f"unclosed {self.opens[-1][0]!r} in {self.raw!r}")
+        if not self.tokens:
+            raise ExprError(f"empty expression in {self.raw!r}")
+        return self.tokens
 
 
 def _is_operand(tok: str) -> bool:

@@ -36,7 +36,7 @@ from hlgt.train.evaluate import (
 PROG = "hlgt-evaluate"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     # No abbreviations: ``--data FILE`` must be an error, not silently ``--data-dir FILE``.
     p = argparse.ArgumentParser(prog=PROG, allow_abbrev=False,
                                 description="Evaluate a trained model on one split of its dataset.")
@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
     p.add_argument("--explain", type=positive_int, default=None, metavar="N",
                    help="with --out: the pages of the first N wrongly solved problems, in OUT/explain_<split>/")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.data and (args.split or args.shards or args.data_dir):
         p.error("--data evaluates a file: it takes no --split, --shards or --data-dir")
