@@ -1,0 +1,75 @@
+"""``launch.make_trainer`` and ``launch.fit`` without a Ray cluster: the TorchTrainer is built as a
+run would build it (Ray Data's reader and the cluster's CPU count stood in for), and ``fit``
+publishes a finished run's outputs. The Ray Train runs themselves are in test_launch.py (slow)."""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from hlgt.config import Config
+from hlgt.train import launch
+
+TINY = {"data.dataset": "sample", "train.epochs": 1, "train.wandb": False, "model.hidden_size": 16,
+        "model.embedding_size": 8, "model.heads": 2, "model.layers": 1}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    from hlgt.data.build import ensure_shards
+
+    return ensure_shards(Config.from_flat({**TINY, "data.shards_dir": str(tmp_path_factory.mktemp("processed"))}))
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Ray Data's reader records the folders it was asked for; the cluster has CPUs to spare."""
+    import ray.data
+
+    read = []
+    monkeypatch.setattr(ray.data, "read_parquet", lambda path: read.append(path) or (lambda: path))
+    monkeypatch.setattr(launch, "worker_cpus", lambda workers, requested: 1.0)
+    return read
+
+
+def test_make_trainer_builds_the_run_without_starting_ray(shards, no_cluster, tmp_path):
+    import ray
+    from ray.train.torch import TorchTrainer
+
+    trainer = launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=2,
+                                  keep=3, max_failures=2)
+    assert isinstance(trainer, TorchTrainer) and not ray.is_initialized()
+    assert sorted(p.rsplit("/", 1)[-1] for p in no_cluster) == ["test", "train", "valid"]
+    run = trainer.run_config
+    assert (run.name, run.storage_path) == ("run", str(tmp_path))
+    assert run.failure_config.max_failures == 2 and run.checkpoint_config.num_to_keep == 3
+    assert trainer.scaling_config.num_workers == 2
+    config = trainer.train_loop_config
+    assert config["cfg"] == Config.from_flat(TINY).to_flat() and config["run_name"] == "run"
+    assert config["wandb_dir"] == str(tmp_path / "run")
+
+
+def test_make_trainer_refuses_a_folder_that_holds_no_shards(tmp_path, no_cluster):
+    with pytest.raises(FileNotFoundError, match="python -m hlgt.data.build"):
+        launch.make_trainer(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "runs"))
+    assert not no_cluster
+
+
+def test_fit_publishes_the_final_checkpoints_outputs(monkeypatch, tmp_path):
+    final = tmp_path / "storage" / "run" / "checkpoint_000003"
+    (final / "best").mkdir(parents=True)
+    (final / "best" / "weights.pt").write_bytes(b"w")
+    (final / "results.json").write_text(json.dumps({"test_value_acc": 0.5}))
+    result = SimpleNamespace(checkpoint=SimpleNamespace(path=str(final)), return_value={"test_value_acc": 0.5},
+                             metrics={})
+    made = {}
+
+    def make_trainer(cfg, shards_dir, **kwargs):
+        made.update(kwargs)
+        return SimpleNamespace(fit=lambda: result)
+
+    monkeypatch.setattr(launch, "make_trainer", make_trainer)
+    out = launch.fit(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "storage"), keep=2)
+    assert made == {"name": "run", "storage": str(tmp_path / "storage"), "keep": 2}
+    assert out.metrics == {"test_value_acc": 0.5} and out.checkpoint == str(final) and out.error is None
+    assert (tmp_path / "storage" / "run" / "best" / "weights.pt").read_bytes() == b"w"
+    assert json.loads((tmp_path / "storage" / "run" / "results.json").read_text()) == {"test_value_acc": 0.5}
