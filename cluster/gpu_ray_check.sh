@@ -47,8 +47,16 @@ if ! python -c "import ray" 2>/dev/null; then
   $PY cluster/wheelhouse.py install "$WHEELS" > "$OUT/install.log" 2>&1 || { log "Ray install FAILED (install.log)"; exit 1; }
   log "Ray installed from $WHEELS in $((SECONDS - start)) s"
 fi
-ray_stop() { $PY -c "import sys; from ray.scripts.scripts import main; sys.argv = ['ray', 'stop', '--force']; main()" \
-  > /dev/null 2>&1 || true; }
+# Every Ray this script starts keeps its session under its own RAY_TMPDIR, which its head processes
+# name on their command lines: ray_stop stops those and leaves any other Ray on the machine running
+# (`ray stop` would stop them all). Their workers exit when their raylet goes.
+export RAY_TMPDIR
+RAY_TMPDIR=$(mktemp -d /tmp/hlgt-rc.XXXXXX)
+ray_stop() {
+  pkill -TERM -f "$RAY_TMPDIR" 2> /dev/null && sleep 2
+  pkill -KILL -f "$RAY_TMPDIR" 2> /dev/null || true
+}
+trap 'ray_stop; rm -rf "$RAY_TMPDIR"' EXIT
 if [ "$GPU" = 1 ] && command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader,nounits -l 1 > "$OUT/gpu_apps.csv" 2>&1 &
   smi=$!
@@ -77,10 +85,10 @@ if [[ " $STEPS " == *" train "* ]]; then
   $PY - "$RUNS/ray-gpu" >> "$OUT/summary.md" 2>&1 <<'PY' || status=1
 import json, sys
 from pathlib import Path
-from hlgt.train import loop
+from hlgt.train.checkpoint import read_checkpoint
 run = Path(sys.argv[1])
 latest = max((p for p in run.glob("checkpoint_*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
-state = loop.read_checkpoint(latest)
+state = read_checkpoint(latest)
 epochs = [m["epoch"] for m in state["history"]]
 print(f"- resumed run: starts after epochs {state['starts']}, epochs {epochs}, finished {state['finished']}; "
       f"test value accuracy {json.loads((run / 'results.json').read_text()).get('test/value_acc')}")
