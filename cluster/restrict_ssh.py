@@ -21,6 +21,9 @@ import os
 import sys
 import urllib.request
 
+# boto3 is imported where EC2 is called: the package does not depend on it (the AWS head node has
+# it), and the tests import the pure functions without it.
+
 WORLD = ("0.0.0.0/0", "::/0")
 METADATA = "http://169.254.169.254/latest"
 

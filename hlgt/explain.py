@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from hlgt.data.clean import over_limits
 from hlgt.data.graph import (
     EDGE_TYPES,
     GRAPH_FIELDS,
@@ -42,7 +43,7 @@ from hlgt.data.graph import (
     build_graph,
     select_variant,
 )
-from hlgt.data.numbers import Example
+from hlgt.data.numbers import Example, ExampleError, extract_quantities, to_example
 from hlgt.data.schema import to_row
 from hlgt.data.splits import SPLITS, find_problem, resolve_data_dir
 from hlgt.data.srl import AnnotationError, AnnotatorLoadError, make_annotator
@@ -50,6 +51,9 @@ from hlgt.draw import EDGE_COLOURS, NODE_COLOURS, Edge, Node, esc, graph_svg, tr
 from hlgt.expr import OPS, ExprError, eval_prefix, prefix_to_infix, values_match
 from hlgt.pages import MARKER, check_page_file
 from hlgt.storage import write_text
+
+# hlgt.data.collate brings in torch: imported where a model decodes, so that `hlgt-report --explain`
+# draws a problem's graph without it.
 
 MAX_DRAWN_EDGES = 3000  # above, the nodes are drawn without their edges
 TOP_ATTENTION = 3
@@ -100,9 +104,6 @@ def data_page(problem, annotator, variant: str, about: Sequence[tuple[str, str]]
     """The page of a ``hlgt.data.problems.Problem`` straight from its raw file, without a model:
     its gold equation and the graph ``annotator`` builds, under a note of what the data rules
     (``hlgt.data.numbers``, ``hlgt.data.clean``) say of it."""
-    from hlgt.data.clean import over_limits
-    from hlgt.data.numbers import ExampleError, extract_quantities, to_example
-
     notes = []
     try:
         example = to_example(problem)

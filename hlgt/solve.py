@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from hlgt import explain
 from hlgt.data.clean import MAX_TOKENS, over_limits
 from hlgt.data.graph import build_graph
 from hlgt.data.numbers import Example, extract_quantities
@@ -46,9 +47,14 @@ from hlgt.data.schema import to_row
 from hlgt.data.splits import LANGS
 from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
+from hlgt.explain import EMPTY_GRAPH, example_row
 from hlgt.expr import ExprError, eval_prefix
+from hlgt.pages import PageFolder, check_page_file
 from hlgt.progress import Progress
 from hlgt.storage import replacing, write_text
+
+# hlgt.inference brings in torch (seconds): it is imported in the functions that load a model, so that
+# reading and checking problems, and every one-line error, come before it.
 
 # Checked before tokenising: 20 characters per token the model reads is more than any text needs.
 MAX_TEXT_CHARS = 20 * MAX_TOKENS
@@ -91,8 +97,6 @@ def partial_row(text: str | None, lang: str | None, annotator) -> tuple[dict, st
     """What can be read of a text that ``problem_row`` refuses, for a page that shows why: its
     tokens and quantities (none of a text past ``MAX_TEXT_CHARS``) and its graph when one can be
     built; the second item says why none could."""
-    from hlgt.explain import EMPTY_GRAPH, example_row
-
     readable = isinstance(text, str) and bool(text.strip()) and len(text) <= MAX_TEXT_CHARS
     lang = lang or (guess_lang(text) if readable else "en")
     tokens, quantities = extract_quantities(tokenize(text, lang)) if readable else ([], [])
@@ -162,9 +166,7 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     """``solve_text``, and the problem as the model sees it written to the page ``page`` (checked
     before anything else). A text the model cannot read still gets its page, from what could be
     read of it; the ``ValueError`` saying why follows."""
-    from hlgt import explain
     from hlgt.inference import load_model, run_config
-    from hlgt.pages import check_page_file
 
     page = check_page_file(page)
     flat = run_config(model_dir)
@@ -332,14 +334,12 @@ class FilePages:
     folder (``hlgt.pages.PageFolder``) is checked when this is made, before any work."""
 
     def __init__(self, folder: str | Path):
-        from hlgt.pages import PageFolder
 
         self.folder = PageFolder(folder)
         self.entries: list[tuple[str, list[str]]] = []
 
     @contextlib.contextmanager
     def open(self, model_dir: str | Path, flat: dict) -> Iterator[FilePages]:
-        from hlgt import explain
 
         self.flat, self.about = flat, explain.about_model(model_dir, flat)
         with self.folder:
@@ -350,7 +350,6 @@ class FilePages:
 
     def add(self, solver, requests: list[Request], results: list[dict], rows: dict[int, dict], lang: str | None,
             annotate, beam_size: int | None) -> None:
-        from hlgt import explain
 
         for k, (request, result) in enumerate(zip(requests, results)):
             try:
@@ -363,7 +362,6 @@ class FilePages:
 
     def _page(self, solver, request: Request, result: dict, row: dict | None, lang: str | None, annotate,
               beam_size: int | None) -> str:
-        from hlgt import explain
 
         variant = self.flat["data.graph"]
         if row is not None:

@@ -32,6 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+# pyarrow.fs is imported by the functions that open a filesystem: every command imports this module,
+# and most of them (solve, report, explain) open none.
+
 
 def shared_storage() -> str:
     """The shared storage root ``$HLGT_STORAGE`` (an S3 URI or an NFS path on a cluster), without a

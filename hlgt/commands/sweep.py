@@ -73,6 +73,8 @@ from hlgt.sweep.spec import (
     sole_sweep,
 )
 
+# pyyaml is imported when a --space file is read: the GPU machines lack it.
+
 # --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
 PROG = "hlgt-sweep"
 SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.lr_step": 8, "train.batch_size": 16,

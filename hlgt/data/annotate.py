@@ -34,6 +34,8 @@ from hlgt.data.numbers import Example
 from hlgt.data.problems import ReadResult, iter_problems
 from hlgt.data.schema import EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, example_from_row, example_to_row, graph_to_row
 
+# Ray is imported where it is used: a `--no-ray` build runs without it.
+
 ROWS_PER_SHARD = 4096
 SHARD_FILE = re.compile(r"part-\d{5}\.parquet")  # the only files a build writes in a split's folder
 BATCH_SIZE = 64  # problems per map_batches call (and per Ray block)

@@ -46,6 +46,8 @@ from hlgt.data.vocab import Vocab, words_read
 from hlgt.ray_session import start_ray
 from hlgt.storage import MARKER, claim, exclusive, folder_kind, write_text
 
+# Ray is imported where it is used: a `--no-ray` build runs without it.
+
 # Modules whose code decides what a row holds: any change to them rebuilds the shards.
 ROW_CODE = ("hlgt/expr.py", "hlgt/data/problems.py", "hlgt/data/numbers.py", "hlgt/data/clean.py",
             "hlgt/data/splits.py", "hlgt/data/graph.py", "hlgt/data/vocab.py", "hlgt/data/schema.py",

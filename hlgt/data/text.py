@@ -25,6 +25,9 @@ from __future__ import annotations
 import logging
 import re
 
+# jieba is imported at the first Chinese text: it reads its dictionary, and English text and the GPU
+# machines do without it.
+
 # One number as written, most specific form first (mixed number, bracketed fraction, ratio,
 # thousands, decimal/integer with optional percent); English also reads a bare fraction.
 _NUMBER_FORMS = (

@@ -12,15 +12,27 @@ from their last checkpoint. ``run`` is the whole sweep: the experiments, then
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
+import torch
+
 from hlgt import metrics as M
 from hlgt.config import Config
+from hlgt.data.collate import collate, encode
+from hlgt.data.shards import load_rows, load_vocab
+from hlgt.model.solver import Solver
 from hlgt.ray_session import start_ray
 from hlgt.sweep import results
 from hlgt.sweep.space import describe
 from hlgt.sweep.spec import SweepSpec
+from hlgt.train import launch
+from hlgt.train.cuda_graphs import GraphedSteps
+from hlgt.train.step import epoch_batches, make_optimizer, train_step
+
+# Ray is imported where it is used: the sweep command's flags and data are checked before its seconds
+# of import.
 
 
 def trial(config: dict, spec: SweepSpec) -> None:
@@ -33,7 +45,6 @@ def trial(config: dict, spec: SweepSpec) -> None:
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from hlgt.train import launch
 
     cfg = Config.from_flat(spec.trial_flat(config["arm"], config["sample"], config["replicate"]))
     # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
@@ -92,10 +103,6 @@ def trials_per_gpu(total_bytes: int, trial_peak_bytes: int) -> int:
 def probe_gpu_memory(spec: SweepSpec) -> tuple[int, int]:
     """(the largest peak GPU memory the caching allocator reserved for a trial's training steps
     over the spec's arms (``probe_steps``); the GPU's total memory). Runs on a GPU worker."""
-    import torch
-
-    from hlgt.data.shards import load_rows, load_vocab
-
     shards = next(iter(spec.shards.values()))
     vocab = load_vocab(shards)
     cfgs = [Config.from_flat(spec.trial_flat(arm, spec.arm_samples(arm)[0], 0)) for arm in spec.arms]
@@ -114,11 +121,6 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
     longest problems; with ``train.cuda_graphs``, also one per shape learned from a shuffle of
     ``rows``, each captured, since every captured graph keeps its own memory. -> how many shapes
     it ran a step of."""
-    from hlgt.data.collate import collate, encode
-    from hlgt.model.solver import Solver
-    from hlgt.train.cuda_graphs import GraphedSteps
-    from hlgt.train.step import epoch_batches, make_optimizer, train_step
-
     solver = Solver(cfg.model, vocab).to(device)
     opt, _ = make_optimizer(cfg, solver)
     longest = sorted(rows, key=lambda r: -len(r["tokens"]))[: cfg.train.batch_size]
@@ -163,7 +165,6 @@ def concurrency(spec: SweepSpec) -> int:
     nodes for the pending trials: the way to grow a cluster), with a note when it does."""
     import ray
 
-    from hlgt.train.launch import worker_cpus
 
     res = ray.cluster_resources()
     fit = trials_that_fit(spec, res)
@@ -173,7 +174,7 @@ def concurrency(spec: SweepSpec) -> int:
                   f"wait for nodes from an autoscaler. Without one, lower it: trials beyond what fits hold the CPUs "
                   f"that Ray Data's reads need, and the running trials stall", flush=True)
         return spec.max_concurrent
-    worker_cpus(spec.workers, spec.cpus_per_worker)  # raises when even one trial would starve Ray Data
+    launch.worker_cpus(spec.workers, spec.cpus_per_worker)  # raises when even one trial would starve Ray Data
     if fit < 1 and spec.gpus_per_worker > 0:
         raise RuntimeError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
                            f"{spec.workers * spec.gpus_per_worker:g}")
@@ -254,7 +255,6 @@ def fit_unless_interrupted(tuner, name: str):
     """``tuner.fit()``'s ResultGrid, or ``KeyboardInterrupt`` when Ctrl-C stopped it. Tune catches
     the signal, saves its state and returns as if done (its stopped trials read as terminated);
     its handler puts back the one it replaced, so finding ours back in place means a signal came."""
-    import signal
 
     def ours(sig, frame):  # a second Ctrl-C, once Tune has let go of the signal
         signal.default_int_handler(sig, frame)

@@ -23,10 +23,16 @@ from pathlib import Path
 from hlgt import metrics as M
 from hlgt import storage
 from hlgt.config import Config
+from hlgt.data.shards import load_rows
+from hlgt.model.solver import Solver
 from hlgt.sweep import tables
 from hlgt.sweep.space import describe
 from hlgt.sweep.spec import SweepSpec
+from hlgt.train import evaluate as E
 from hlgt.train import tracking
+
+# Ray (a trial's checkpoint) and matplotlib (the chart) are imported where they are used: writing the
+# tables of finished trials needs neither.
 
 ROW_COLUMNS = ["arm", "config", "runs", "trials", "failed", "val_value_acc_mean", "val_value_acc_std",
                "test_value_acc_mean", "test_value_acc_std", "test_equation_acc_mean", "test_equation_acc_std"]
@@ -107,10 +113,6 @@ def _checkpoint_dir(spec: SweepSpec, path: str):
 def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker):
     """A chosen trial's best model evaluated on its fold's test split; the report and predictions
     written under ``best/<arm>/replicate<r>`` and logged. Returns the report and the scored problems."""
-    from hlgt.data.shards import load_rows
-    from hlgt.model.solver import Solver
-    from hlgt.train import evaluate as E
-
     cfg = Config.from_flat(spec.trial_flat(t.arm, t.sample, t.replicate))
     rows = load_rows(spec.shards[cfg.data.fold], "test")
     with _checkpoint_dir(spec, t.checkpoint) as directory:

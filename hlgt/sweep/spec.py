@@ -13,8 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from hlgt.config import ABLATIONS, Config
+from hlgt.data.build import ensure_shards
+from hlgt.data.shards import use_shards
 from hlgt.storage import check_owned, claim, filesystem, is_uri, remove_owned, sole_writer
 from hlgt.sweep.space import describe
+
+# The spec is checked before torch loads (seconds): the solver's weight formats and the checkpoint's
+# keys are imported by the checks that need them, pyarrow's filesystems likewise.
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
 ARM_DATA_KEYS = ("data.graph",)  # the data settings an arm may set: every graph variant is in the same shards
@@ -210,9 +215,6 @@ def build_shards(spec: SweepSpec, address: str | None = None, prebuilt: str | No
     """The shard folder of every fold the replicates use: ``prebuilt`` (``--shards``: one folder,
     or a pattern with ``{fold}`` for several folds; checked, never built), else built now unless
     it exists."""
-    from hlgt.data.build import ensure_shards
-    from hlgt.data.shards import use_shards
-
     folds = sorted({int(r["data.fold"]) for r in spec.replicates})
     if prebuilt is None:
         return {fold: str(Path(ensure_shards(spec.centre.override({"data.fold": fold}), address=address)).resolve())

@@ -20,12 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from hlgt import metrics as M
 from hlgt.config import Config
+from hlgt.data.collate import encode
+from hlgt.data.shards import load_manifest, load_vocab
+from hlgt.data.vocab import Vocab
 from hlgt.storage import filesystem, is_uri
 from hlgt.train import loop, tracking
 from hlgt.train.checkpoint import publish
 from hlgt.train.step import epoch_batches
+
+# Ray is imported where it is used: `--no-ray` training imports this module without it, and the GPU
+# machines of cluster/gpu_check.sh have no Ray.
 
 SPLITS = ("train", "valid", "test")
 
@@ -63,8 +72,6 @@ def worker_cpus(workers: int, requested: float | None = None) -> float:
 
 def available_splits(shards_dir: str | Path) -> list[str]:
     """The splits of the shard folder that hold at least one row."""
-    from hlgt.data.shards import load_manifest
-
     built = load_manifest(shards_dir)["splits"]
     return [s for s in SPLITS if built.get(s, {}).get("kept", 0) > 0]
 
@@ -72,8 +79,6 @@ def available_splits(shards_dir: str | Path) -> list[str]:
 def worker_loop(config: dict) -> dict:
     """The per-worker function of the TorchTrainer: a ``Runtime`` from the Ray context, then the loop."""
     import ray.train
-
-    from hlgt.data.vocab import Vocab
 
     cfg = Config.from_flat(config["cfg"])
     vocab = Vocab.from_dict(config["vocab"])
@@ -100,10 +105,6 @@ def _ray_runtime(cfg: Config, vocab, splits: list[str]) -> loop.Runtime:
     collectives between the workers."""
     import ray.train
     import ray.train.torch
-    import torch
-    import torch.distributed as dist
-
-    from hlgt.data.collate import encode
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -159,8 +160,6 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     import ray.data
     import ray.train
     from ray.train.torch import TorchTrainer
-
-    from hlgt.data.shards import load_vocab
 
     workers = workers or cfg.train.workers
     use_gpu = cfg.train.use_gpu

@@ -25,6 +25,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+# wandb is imported only when a run logs to it: runs without W&B (and the GPU machines, which lack
+# it) never load it.
+
 KEY_FILE = "~/.hlgt/wandb_api_key"
 
 

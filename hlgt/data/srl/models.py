@@ -21,6 +21,9 @@ from hlgt.data.srl.common import (
     pos_from_tags,
 )
 
+# ltp and hanlp are imported when their model loads: seconds of import (transformers), and most
+# builds use the offline annotator.
+
 DEFAULT_LTP_MODEL = "LTP/small"
 DEFAULT_HANLP_MODEL = "EN_TOK_LEM_POS_NER_SRL_UDEP_SDP_CON_MODERNBERT_BASE"
 

@@ -42,6 +42,9 @@ from hlgt.data.srl.common import (
     is_quantity,
 )
 
+# jieba and TextBlob are imported when the annotator loads (once per process, in each Ray actor):
+# jieba reads its dictionary, and the GPU machines lack it.
+
 OFFLINE_NAME = "offline-jieba-textblob-rules"
 RULES_VERSION = "1"
 CLAUSE_PUNCT = frozenset("，。？！．,.?!;；：:")
