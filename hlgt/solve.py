@@ -334,13 +334,11 @@ class FilePages:
     folder (``hlgt.pages.PageFolder``) is checked when this is made, before any work."""
 
     def __init__(self, folder: str | Path):
-
         self.folder = PageFolder(folder)
         self.entries: list[tuple[str, list[str]]] = []
 
     @contextlib.contextmanager
     def open(self, model_dir: str | Path, flat: dict) -> Iterator[FilePages]:
-
         self.flat, self.about = flat, explain.about_model(model_dir, flat)
         with self.folder:
             yield self
@@ -350,7 +348,6 @@ class FilePages:
 
     def add(self, solver, requests: list[Request], results: list[dict], rows: dict[int, dict], lang: str | None,
             annotate, beam_size: int | None) -> None:
-
         for k, (request, result) in enumerate(zip(requests, results)):
             try:
                 html = self._page(solver, request, result, rows.get(k), lang, annotate, beam_size)
@@ -362,7 +359,6 @@ class FilePages:
 
     def _page(self, solver, request: Request, result: dict, row: dict | None, lang: str | None, annotate,
               beam_size: int | None) -> str:
-
         variant = self.flat["data.graph"]
         if row is not None:
             row, notice = {**row, "id": request.id}, None
