@@ -184,7 +184,7 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     decoded = explain.decode(solver, row, flat["data.graph"], beam_size)
     write_text(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
                                   line_graph=flat["model.line_graph"]))
-    return solution(row, decoded.candidates[0][0] if decoded.candidates else [])
+    return solution(row, top(decoded))
 
 
 @dataclass(frozen=True)
@@ -257,25 +257,25 @@ def check_out(in_path: str | Path, out_path: str | Path) -> None:
 
 def prepare_requests(requests: list[Request], annotator, lang: str | None) -> tuple[list[dict], dict[int, dict]]:
     """The answer entries of some requests begun (id, or id and error) and the rows of those that
-    can be solved, by their place among the requests."""
+    can be solved (named by the request's id), by their place among the requests."""
     results: list[dict] = []
     rows: dict[int, dict] = {}
     for k, request in enumerate(requests):
         error = request.error
         if error is None:
             try:
-                rows[k] = problem_row(request.text, lang, annotator)
+                rows[k] = {**problem_row(request.text, lang, annotator), "id": request.id}
             except Exception as e:  # one bad line must not end a file of 100,000
                 error = f"{request.where}: {e if isinstance(e, ValueError) else f'{type(e).__name__}: {e}'}"
         results.append({"id": request.id, "error": error} if error else {"id": request.id})
     return results, rows
 
 
-def answer_rows(solver, flat: dict, results: list[dict], rows: dict[int, dict], beam_size: int | None = None) -> None:
-    """Decode the prepared rows and complete their entries: equation and answer, or the error."""
+def answer_rows(results: list[dict], solutions: dict[int, Solution]) -> None:
+    """Complete the entries of the decoded rows, by their place: equation and answer, or the error."""
     from hlgt.inference import format_answer
 
-    for k, s in zip(rows, solve_rows(solver, flat, list(rows.values()), beam_size) if rows else []):
+    for k, s in solutions.items():
         results[k].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
         if s.not_read:
             results[k]["not_read"] = s.not_read
@@ -283,22 +283,15 @@ def answer_rows(solver, flat: dict, results: list[dict], rows: dict[int, dict], 
             results[k]["error"] = f"the equation does not evaluate: {s.error}"
 
 
-def solve_requests(solver, flat: dict, requests: list[Request], annotator, lang: str | None,
-                   beam_size: int | None = None) -> list[dict]:
-    """The answer entries of some requests, in their order: id, equation and answer, or id and error."""
-    results, rows = prepare_requests(requests, annotator, lang)
-    answer_rows(solver, flat, results, rows, beam_size)
-    return results
-
-
 def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path | None = None,
                lang: str | None = None, annotator: str | None = None, beam_size: int | None = None,
                notes: list[str] | None = None, explain_dir: str | Path | None = None) -> tuple[int, int]:
     """Solve every problem of a JSON Lines file into ``out_path`` (one line per problem, in input
     order: id, equation and answer, or id and error) and/or ``explain_dir`` (one page per problem
-    and an index, ``FilePages``), ``SOLVE_CHUNK`` lines at a time, so that a file of any size is
-    solved in bounded memory; ``out_path`` is replaced when all are written. Both paths are checked
-    before any work. Returns (solved, errors); notes about lines go to ``notes``."""
+    and an index, ``FilePages``, whose one beam search per problem gives its answer too),
+    ``SOLVE_CHUNK`` lines at a time, so that a file of any size is solved in bounded memory;
+    ``out_path`` is replaced when all are written. Both paths are checked before any work. Returns
+    (solved, errors); notes about lines go to ``notes``."""
     from hlgt.inference import load_model
 
     if out_path is None and explain_dir is None:
@@ -316,11 +309,14 @@ def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path 
             (pages.open(model_dir, flat) if pages is not None else contextlib.nullcontext()):
         while chunk := list(itertools.islice(requests, SOLVE_CHUNK)):
             results, rows = prepare_requests(chunk, annotate, lang)
-            answer_rows(solver, flat, results, rows, beam_size)
+            if pages is None:
+                answer_rows(results, dict(zip(rows, solve_rows(solver, flat, list(rows.values()), beam_size))))
+            else:
+                decoded = pages.decode(solver, chunk, results, rows, beam_size)
+                answer_rows(results, {k: solution(rows[k], top(d)) for k, d in decoded.items()})
+                pages.add(chunk, results, rows, decoded, lang, annotate)
             if out is not None:
                 out.write("".join(json.dumps(result, ensure_ascii=False) + "\n" for result in results))
-            if pages is not None:
-                pages.add(solver, chunk, results, rows, lang, annotate, beam_size)
             errors += sum("error" in result for result in results)
             done += len(chunk)
             progress.update(done)
@@ -346,29 +342,45 @@ class FilePages:
                 f"{len(self.entries)} problems of a file", ["id", "text", "equation (answer) or error"],
                 self.entries, about=self.about))
 
-    def add(self, solver, requests: list[Request], results: list[dict], rows: dict[int, dict], lang: str | None,
-            annotate, beam_size: int | None) -> None:
+    def decode(self, solver, requests: list[Request], results: list[dict], rows: dict[int, dict],
+               beam_size: int | None) -> dict[int, explain.Decoded]:
+        """The rows decoded one by one, seen from inside: each problem's answer and page come from
+        this one beam search. A row that fails to decode gets that error as its entry."""
+        decoded = {}
+        for k, row in rows.items():
+            try:
+                decoded[k] = explain.decode(solver, row, self.flat["data.graph"], beam_size)
+            except Exception as error:  # one problem must not stop the file's others
+                results[k]["error"] = f"{requests[k].where}: decoding failed: {type(error).__name__}: {error}"
+        return decoded
+
+    def add(self, requests: list[Request], results: list[dict], rows: dict[int, dict],
+            decoded: dict[int, explain.Decoded], lang: str | None, annotate) -> None:
         for k, (request, result) in enumerate(zip(requests, results)):
             try:
-                html = self._page(solver, request, result, rows.get(k), lang, annotate, beam_size)
+                html = self._page(request, result, rows.get(k), decoded.get(k), lang, annotate)
             except Exception as error:  # one problem's page must not stop the file's other pages
                 html = explain.error_page(request.id, request.text or "", f"{type(error).__name__}: {error}",
                                           about=self.about)
             outcome = result.get("error") or f"{result['equation']}  ({result['answer']})"
             self.entries.append((self.folder.add(request.id, html), [request.id, (request.text or "")[:120], outcome]))
 
-    def _page(self, solver, request: Request, result: dict, row: dict | None, lang: str | None, annotate,
-              beam_size: int | None) -> str:
-        variant = self.flat["data.graph"]
-        if row is not None:
-            row, notice = {**row, "id": request.id}, None
-            decoded = explain.decode(solver, row, variant, beam_size)
-        else:
+    def _page(self, request: Request, result: dict, row: dict | None, decoded: explain.Decoded | None,
+              lang: str | None, annotate) -> str:
+        variant, page = self.flat["data.graph"], {"about": self.about, "line_graph": self.flat["model.line_graph"]}
+        if row is None:
             row, no_graph = partial_row(request.text, lang, annotate)
-            row, decoded = {**row, "id": request.id}, None
             notice = "; ".join(filter(None, [result["error"], no_graph]))
-        return explain.page(row, variant, decoded=decoded, notice=notice, about=self.about,
-                            line_graph=self.flat["model.line_graph"])
+            return explain.page({**row, "id": request.id}, variant, notice=notice, **page)
+        if decoded is None:
+            return explain.page(row, variant, notice=result["error"], notice_title="The model failed on this problem",
+                                **page)
+        return explain.page(row, variant, decoded=decoded, **page)
+
+
+def top(decoded: explain.Decoded) -> list[str]:
+    """The beam's best equation: the answer (``hlgt.inference.predict`` decodes the same)."""
+    return decoded.candidates[0][0] if decoded.candidates else []
 
 
 if __name__ == "__main__":  # python -m hlgt.solve: the command hlgt-solve

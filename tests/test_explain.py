@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from html import escape
 from html.parser import HTMLParser
 
 import numpy as np
@@ -230,8 +231,40 @@ def test_a_page_that_cannot_be_drawn_is_one_page_saying_why_and_the_file_goes_on
     index = (pages / "index.html").read_text(encoding="utf-8")
     links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', index)
     assert [name for _, name in links] == ["a", "b", "c"]
-    assert "RuntimeError: drawing failed" in (pages / links[1][0]).read_text(encoding="utf-8")
+    failed = (pages / links[1][0]).read_text(encoding="utf-8")
+    assert "The model failed on this problem" in failed and "RuntimeError: drawing failed" in failed
     assert "The beam's final candidates" in (pages / links[2][0]).read_text(encoding="utf-8")
+    assert "decoding failed: RuntimeError: drawing failed" in index
+
+
+def test_a_files_pages_and_answers_come_from_one_decode_and_agree(model_dir, tmp_path, monkeypatch):
+    import hlgt.inference
+    from hlgt.commands.solve import main
+
+    texts = {"a": ZH, "b": EN, "c": "小明很开心。", "d": "小红有5支笔，又买了3支，一共有几支？"}
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in texts.items()),
+                        encoding="utf-8")
+    plain, paged, pages = tmp_path / "plain.jsonl", tmp_path / "paged.jsonl", tmp_path / "pages"
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(plain)]) == 0
+    calls = []
+    decode = explain.decode
+    monkeypatch.setattr(hlgt.inference, "predict", lambda *a, **k: pytest.fail("a second, batched decode"))
+    monkeypatch.setattr(explain, "decode", lambda solver, row, *a, **k: calls.append(row["id"]) or decode(
+        solver, row, *a, **k))
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(paged), "--explain-dir",
+                 str(pages)]) == 0
+    assert calls == ["a", "b", "d"]  # once each; "c" has no quantities and is not decoded
+    answers = [json.loads(line) for line in paged.read_text(encoding="utf-8").splitlines()]
+    assert answers == [json.loads(line) for line in plain.read_text(encoding="utf-8").splitlines()]
+    index = (pages / "index.html").read_text(encoding="utf-8")
+    links = {name: href for href, name in re.findall(r'<a href="([^"]+)">([^<]+)</a>', index)}
+    for entry in answers:
+        html = (pages / links[entry["id"]]).read_text(encoding="utf-8")
+        if "error" in entry:
+            assert "no quantities" in html and "The beam's final candidates" not in html
+            continue
+        assert f"<b>model</b> {escape(entry['equation'])} &nbsp;" in html
 
 
 @pytest.mark.parametrize("args, error, message", [
