@@ -420,7 +420,8 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
     spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
-    row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None)
+    row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None,
+                                        tmp_path)
     assert test.n == 0 and row["replicates"] == []
     assert (row["config"], row["runs"], row["trials"], row["failed"]) == ("no trial finished", 0, 2, 2)
     assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
@@ -490,6 +491,10 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     assert tables.versus(tables.ArmTest("x", {3: []}), tests["full"]) is None  # no replicate in common
     math23k = tables.tables_markdown(tests, "math23k", pooled_over="1 seed")
     assert "| 77.8 |" in math23k and "paper's HLGT" in math23k
+    # An arm with fold 0 alone (a sweep still running): its difference to full is on fold 0 (8 / 10).
+    tests["no_aux_task"] = tables.ArmTest("no_aux_task", {0: scored(fold0, set(fold0[:7]), 7)})
+    md = tables.tables_markdown(tests, "mawps", pooled_over="the folds finished so far (of 2)")
+    assert "| HLGT w/o auxiliary task | no_aux_task | 70.0 | 7 / 10 | 84.0 | -10.0 | -0.8 | 0 / 1 | 1 |" in md
 
 
 def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():
@@ -606,3 +611,66 @@ def test_a_plan_beyond_max_trials_is_refused_before_it_is_enumerated(tmp_path, m
 def test_a_loguniform_bound_that_is_not_positive_names_its_key():
     with pytest.raises(ValueError, match=r"search space 'train.lr': loguniform bounds must be > 0"):
         space.sample_configs({"train.lr": {"loguniform": [0, 1e-2]}}, CENTRE, n=3)
+
+
+def _finished_trial(spec, folder: str, flat: dict, val_value_acc: float, final: bool = True) -> Path:
+    """A trial folder as a sweep's trial leaves it: a checkpoint with the config it trained, its
+    best model and, when the run finished, results.json."""
+    from hlgt.data.shards import load_vocab
+    from hlgt.model.solver import Solver
+
+    checkpoint = Path(spec.train_storage) / folder / "checkpoint_2026-11-29_02-00-00.000000"
+    cfg = C.Config.from_flat(flat)
+    Solver(cfg.model, load_vocab(spec.shards[0])).save(checkpoint / "best")
+    (checkpoint / "best" / "run_config.json").write_text(json.dumps({"config": cfg.to_flat(), "val/value_acc":
+                                                                     val_value_acc}))
+    (checkpoint / "config.json").write_text(json.dumps(cfg.to_flat()))
+    if final:
+        (checkpoint / "results.json").write_text(json.dumps({"epoch": 24, "best_epoch": 24}))
+    return checkpoint
+
+
+def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alone(tmp_path, monkeypatch, capsys):
+    from hlgt.sweep import experiments
+    from hlgt.sweep.spec import save_settings
+    from hlgt.train import evaluate as E
+
+    monkeypatch.setattr(experiments, "start_ray", lambda *a, **k: pytest.fail("--so-far started Ray"))
+    argv = ["--ablation", "no_line_graph", "--smoke-test", "--seeds", "1,2", "--name", "long", "--storage",
+            str(tmp_path / "sweeps"), "--set", f"data.shards_dir={tmp_path / 'processed'}", "--no-wandb"]
+    with pytest.raises(ValueError, match="holds no sweep: give the --name and --storage of one that has started"):
+        command.main(argv + ["--so-far"])
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    spec.shards = build_shards(spec)
+    save_settings(spec)
+    done = _finished_trial(spec, "full-s0-r1-a_00001", spec.trial_flat("full", 0, 1), 0.25)
+    _finished_trial(spec, "no_line_graph-s0-r0-a_00002", spec.trial_flat("no_line_graph", 0, 0), 0.5, final=False)
+    _finished_trial(spec, "full-s0-r0-old_00000", {**spec.trial_flat("full", 0, 0), "model.heads": 8}, 0.5)
+    (Path(spec.train_storage) / "notes").mkdir()
+    before = sorted(p for p in Path(spec.root).rglob("*"))
+
+    assert command.main(argv + ["--so-far"]) == 0
+    out = capsys.readouterr().out
+    report = spec.so_far_dir / "results.md"
+    assert "## long (so far: 1 of 4 trials finished)" in report.read_text()
+    rows = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
+    assert rows["full"]["runs"] == 1 and rows["full"]["replicates"][0]["replicate"] == 1
+    assert rows["full"]["val_value_acc_mean"] == 0.25 and rows["no_line_graph"]["runs"] == 0
+    assert "| full |" in out and "the seeds finished so far (of 2)" in out
+    assert "full-s0-r0-old_00000: trained other settings than the sweep's (model.heads 8 -> 4)" in out
+    tested = spec.so_far_dir / "best" / "full" / "replicate1"
+    assert (tested / "checkpoint.txt").read_text() == str(done)
+    predictions = (tested / "predictions_test.jsonl").read_text()
+    # The sweep's own files are as they were; its results table is not written.
+    assert sorted(p for p in Path(spec.root).rglob("*") if spec.so_far_dir not in p.parents
+                  and p != spec.so_far_dir and p.name != ".so-far.lock") == before
+    assert not (Path(spec.root) / "results.md").exists()
+
+    # Again: the model already tested is read back, not tested again.
+    monkeypatch.setattr(E, "evaluate", lambda *a, **k: pytest.fail("tested twice"))
+    assert command.main(argv + ["--so-far"]) == 0
+    assert (tested / "predictions_test.jsonl").read_text() == predictions
+    assert json.loads((spec.so_far_dir / "results.json").read_text())[0]["test_value_acc_mean"] == \
+        rows["full"]["test_value_acc_mean"]
+    with pytest.raises(ValueError, match="--so-far reports on a sweep as it is"):
+        command.main(argv + ["--so-far", "--fresh"])

@@ -45,6 +45,12 @@ arm, mean ± std, the paper's figures marked) into ``<storage>/<name>/``, the ta
 one summary run with the table and the best models' test predictions (each trial has its own run,
 grouped by the sweep).
 
+While a long sweep runs, ``--so-far`` with the sweep's own flags writes the same tables for the
+trials finished so far into ``<storage>/<name>/so-far/`` and prints them: it reads the trials'
+checkpoints without Ray and leaves the running sweep alone; a model it has tested is not tested
+again by the next ``--so-far``. With a search, its test figures are of the configurations that
+validation chooses so far.
+
 This command reads the command line (and the YAML file) into a ``hlgt.sweep.spec.SweepSpec`` and
 runs it; the sweep itself lives in ``hlgt.sweep``, which Ray's workers import.
 """
@@ -58,8 +64,9 @@ from typing import Any
 
 from hlgt.commands.cli import non_negative_int, positive_float, positive_int, run_command
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, parse_overrides
-from hlgt.storage import check_name, is_uri, storage_root
+from hlgt.storage import check_name, is_uri, sole_writer, storage_root
 from hlgt.sweep.experiments import run as run_sweep
+from hlgt.sweep.results import report_so_far, results_markdown
 from hlgt.sweep.space import DEFAULT_SPACE, check_space, parse_values, sample_configs, space_size
 from hlgt.sweep.spec import (
     SweepSpec,
@@ -139,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wandb", action="store_true", help="no W&B runs")
     p.add_argument("--smoke-test", action="store_true",
                    help="the whole path on the sample data in a few minutes on a CPU")
+    p.add_argument("--so-far", action="store_true",
+                   help="with the flags of a sweep that has started: its tables from the trials finished so far, "
+                        "into <storage>/<name>/so-far/ (no Ray; the sweep itself is only read)")
     p.add_argument("--verbose", action="store_true",
                    help="Ray's, Tune's and the workers' own output (default: one line per trial per epoch)")
     return p
@@ -310,11 +320,30 @@ def make_spec(args: argparse.Namespace) -> SweepSpec:
     return spec
 
 
+def so_far(spec: SweepSpec, args: argparse.Namespace) -> int:
+    """``--so-far``: the tables of the sweep's finished trials, its settings checked as a re-run's."""
+    check_saved_weights(spec)
+    check_same_sweep(spec, must_exist=True)
+    spec.shards = build_shards(spec, address=args.address, prebuilt=args.shards)
+    with sole_writer(str(spec.so_far_dir), f"another --so-far is writing {spec.so_far_dir}: let it finish"):
+        rows, paper_tables, paths, notes = report_so_far(spec)
+    print(results_markdown(rows, spec.replicate_kind), flush=True)
+    print(paper_tables, flush=True)
+    print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
+    for note in notes:
+        print(f"[sweep] passed over: {note}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Everything a mistake can be in (arms, config keys and values, the YAML file, the shard
     # folder) is checked here, before Ray starts: a ValueError naming it ends the command.
     spec = make_spec(args)
+    if args.so_far:
+        if args.fresh:
+            raise ValueError("--so-far reports on a sweep as it is; --fresh would start it over")
+        return so_far(spec, args)
     with sole_sweep(spec):
         if args.fresh:
             check_removable(spec)

@@ -26,7 +26,7 @@ from hlgt.model.solver import Solver
 from hlgt.ray_session import start_ray
 from hlgt.sweep import results
 from hlgt.sweep.space import describe
-from hlgt.sweep.spec import SweepSpec
+from hlgt.sweep.spec import SweepSpec, trial_folder
 from hlgt.train import launch
 from hlgt.train.cuda_graphs import GraphedSteps
 from hlgt.train.step import epoch_batches, make_optimizer, train_step
@@ -55,8 +55,8 @@ def trial(config: dict, spec: SweepSpec) -> None:
 
 
 def trial_name(t) -> str:
-    """``<arm>-s<sample>-r<replicate>-<trial id>``: W&B runs and folders named by arm and trial."""
-    return f"{t.config['arm']}-s{t.config['sample']}-r{t.config['replicate']}-{t.trial_id}"
+    """W&B runs and folders named by arm and trial (``hlgt.sweep.spec.trial_folder``)."""
+    return trial_folder(t.config["arm"], t.config["sample"], t.config["replicate"], t.trial_id)
 
 
 TABLE_EXPERIMENT = "arms"  # the one experiment of a sweep without validation
@@ -293,11 +293,11 @@ def run(spec: SweepSpec, address: str | None = None) -> list[dict]:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all
     started = time.perf_counter()
     announce(spec)
-    grids = {}
+    trials = {}
     for name, arms in experiments(spec).items():
         grid = run_experiment(spec, name, arms)
-        grids.update({arm: [r for r in grid if r.config["arm"] == arm] for arm in arms})
-    rows, paper_tables, paths = results.summarise(spec, grids)
+        trials.update({arm: results.outcomes(spec, arm, [r for r in grid if r.config["arm"] == arm]) for arm in arms})
+    rows, paper_tables, paths = results.summarise(spec, trials)
     chosen = ("selection on validation, test evaluated once per arm's best configuration" if spec.validated
               else "no validation: each arm's one configuration, every replicate's last epoch tested")
     print(f"\n[sweep] done in {time.perf_counter() - started:.0f} s; {chosen}\n", flush=True)

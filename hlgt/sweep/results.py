@@ -7,7 +7,9 @@ replicate's last epoch is tested. The results are written as ``results.md`` (the
 then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.sweep.tables``),
 ``results.csv`` (one row per arm and replicate: per-fold figures), ``results.json`` and
 ``results.png`` (bars per arm, mean ± std, the paper's figure marked) and, with W&B on, as one
-summary run with the tables and the chosen models' test predictions.
+summary run with the tables and the chosen models' test predictions. ``report_so_far`` writes the
+same for the trials finished so far, read from their checkpoints without Ray, into
+``<sweep>/so-far/``, while the sweep runs.
 """
 from __future__ import annotations
 
@@ -25,11 +27,13 @@ from hlgt import storage
 from hlgt.config import Config
 from hlgt.data.shards import load_rows
 from hlgt.model.solver import Solver
+from hlgt.storage import write_text
 from hlgt.sweep import tables
 from hlgt.sweep.space import describe
-from hlgt.sweep.spec import SweepSpec
+from hlgt.sweep.spec import SweepSpec, read_trial_folder
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
+from hlgt.train.checkpoint import RESULTS_FILE, changed_settings
 
 # Ray (a trial's checkpoint) and matplotlib (the chart) are imported where they are used: writing the
 # tables of finished trials needs neither.
@@ -74,6 +78,52 @@ def outcomes(spec: SweepSpec, arm: str, grid) -> list[TrialOutcome]:
     return out
 
 
+def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOutcome]]:
+    """The sweep's trials finished so far, per arm, read from the trials' folders without Ray: a
+    folder named as a trial of the sweep (``hlgt.sweep.spec.trial_folder``) whose latest final checkpoint
+    (one holding ``results.json``) trained what the sweep says that trial trains. Folders passed
+    over for another reason than still training are said in ``notes``."""
+    import pyarrow.fs
+
+    fs, root = storage.filesystem(spec.train_storage)
+    latest: dict[tuple[str, int, int], str] = {}
+    for folder in fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True)):
+        trial = read_trial_folder(folder.base_name) if folder.type == pyarrow.fs.FileType.Directory else None
+        if trial is None:
+            continue
+        arm, sample, replicate = trial
+        if arm not in spec.arms or sample not in spec.arm_samples(arm) or replicate >= len(spec.replicates):
+            notes.append(f"{folder.path}: no trial of this sweep's arms, configurations and replicates")
+            continue
+        checkpoint = final_checkpoint(fs, folder.path)
+        if checkpoint is None:
+            continue  # still training, or waiting to resume
+        with fs.open_input_stream(f"{checkpoint}/config.json") as f:
+            changed = changed_settings(json.loads(f.read()), Config.from_flat(spec.trial_flat(*trial)).to_flat())
+        if changed:
+            notes.append(f"{folder.path}: trained other settings than the sweep's ({'; '.join(changed)})")
+        elif trial in latest:
+            notes.append(f"{arm} configuration {sample} replicate {replicate} finished twice: the later "
+                         f"checkpoint is used ({max(latest[trial], checkpoint)})")
+            latest[trial] = max(latest[trial], checkpoint)
+        else:
+            latest[trial] = checkpoint
+    # Checkpoints are named by their path in the storage's filesystem, as Tune reports them.
+    return {arm: [TrialOutcome(arm=a, sample=s, replicate=r, val_value_acc=best_validation(fs, c), checkpoint=c,
+                               error=None) for (a, s, r), c in sorted(latest.items()) if a == arm]
+            for arm in spec.arms}
+
+
+def final_checkpoint(fs, trial_dir: str) -> str | None:
+    """A trial folder's latest checkpoint that a finished run wrote (Ray Train names them by time)."""
+    import pyarrow.fs
+
+    checkpoints = [c.path for c in fs.get_file_info(pyarrow.fs.FileSelector(trial_dir))
+                   if c.type == pyarrow.fs.FileType.Directory and c.base_name.startswith("checkpoint_")]
+    final = [c for c in checkpoints if fs.get_file_info(f"{c}/{RESULTS_FILE}").type == pyarrow.fs.FileType.File]
+    return max(final) if final else None
+
+
 def mean_std(values: list[float]) -> tuple[float, float]:
     """Mean and standard deviation of the values that are numbers (NaN: no validation score)."""
     values = [v for v in values if not math.isnan(v)]
@@ -110,26 +160,39 @@ def _checkpoint_dir(spec: SweepSpec, path: str):
     return Checkpoint(path=path, filesystem=storage.filesystem(spec.storage)[0]).as_directory()
 
 
-def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker):
+def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path, reuse: bool = False):
     """A chosen trial's best model evaluated on its fold's test split; the report and predictions
-    written under ``best/<arm>/replicate<r>`` and logged. Returns the report and the scored problems."""
+    written under ``directory/best/<arm>/replicate<r>`` with the checkpoint they are of, and logged.
+    ``reuse``: predictions written there of the same checkpoint are read back instead. Returns the
+    report and the scored problems."""
+    out = directory / "best" / t.arm / f"replicate{t.replicate}"
+    predictions, of = out / "predictions_test.jsonl", out / "checkpoint.txt"
+    if reuse and predictions.exists() and of.exists() and of.read_text(encoding="utf-8") == t.checkpoint:
+        try:
+            scored = [E.Scored(**p) for p in E.read_predictions(predictions)]
+            return E.summarise(scored), scored
+        except (TypeError, ValueError):  # written by another version: tested again below
+            pass
     cfg = Config.from_flat(spec.trial_flat(t.arm, t.sample, t.replicate))
     rows = load_rows(spec.shards[cfg.data.fold], "test")
-    with _checkpoint_dir(spec, t.checkpoint) as directory:
-        solver = Solver.load(Path(directory) / "best")
+    with _checkpoint_dir(spec, t.checkpoint) as folder:
+        solver = Solver.load(Path(folder) / "best")
     report, scored = E.evaluate(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
                                 batch_size=cfg.train.batch_size)
-    E.write_report(spec.local_dir / "best" / t.arm / f"replicate{t.replicate}", "test", report, scored)
+    E.write_report(out, "test", report, scored)
+    write_text(of, t.checkpoint)
+    print(f"[sweep] {t.arm} replicate {t.replicate} tested: value accuracy {report.value_acc:.1%}", flush=True)
     tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
     return report, scored
 
 
-def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], tracker) -> tuple[dict, tables.ArmTest]:
+def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], tracker, directory: Path,
+                    reuse: bool = False) -> tuple[dict, tables.ArmTest]:
     """The arm's row of the table: its chosen configuration, validation and test mean ± std, how
     many trials ran and failed (no configuration and NaN scores when no trial finished), one entry
-    per replicate; and its test verdicts for the paper's tables."""
+    per replicate; and its test verdicts for the paper's tables (``evaluate_on_test``)."""
     chosen = choose(trials, spec.validated)
-    tested = [evaluate_on_test(spec, t, tracker) for t in chosen]
+    tested = [evaluate_on_test(spec, t, tracker, directory, reuse) for t in chosen]
     reports = [report for report, _ in tested]
     test = tables.ArmTest(arm, {t.replicate: scored for t, (_, scored) in zip(chosen, tested)})
     val_mean, val_std = mean_std([t.val_value_acc for t in chosen])
@@ -234,23 +297,31 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
     return paths
 
 
-def summarise(spec: SweepSpec, grids: dict) -> tuple[list[dict], str, dict[str, Path]]:
+def summarise(spec: SweepSpec, trials: dict[str, list[TrialOutcome]],
+              so_far: str = "") -> tuple[list[dict], str, dict[str, Path]]:
     """Every arm's row (selection and test) and the paper's tables, written with the chart and
-    logged to one W&B summary run; returns the rows, the paper's tables and the files written."""
+    logged to one W&B summary run; returns the rows, the paper's tables and the files written.
+    ``so_far``: the tables of the trials finished so far, so described in the title, written into
+    ``spec.so_far_dir`` (test predictions of a model already tested there are read back), no W&B."""
     centre = spec.centre
-    mode = tracking.prepare_environment(spec.wandb)
-    tracker = tracking.start({"sweep": spec.name, "arms": spec.arms, **spec.base}, enabled=spec.wandb,
+    enabled = spec.wandb and not so_far
+    mode = tracking.prepare_environment(enabled)
+    tracker = tracking.start({"sweep": spec.name, "arms": spec.arms, **spec.base}, enabled=enabled,
                              project=centre.train.wandb_project, name=f"{spec.name}-results",
                              group=spec.name, directory=spec.wandb_dir, job_type="summary", mode=mode)
+    directory = spec.so_far_dir if so_far else spec.local_dir
     try:
-        selected = [select_and_test(spec, arm, outcomes(spec, arm, grids[arm]), tracker) for arm in spec.arms]
+        selected = [select_and_test(spec, arm, trials[arm], tracker, directory, reuse=bool(so_far))
+                    for arm in spec.arms]
         rows = [row for row, _ in selected]
         tests = {test.arm: test for _, test in selected if test.n}
         dataset = centre.data.dataset
-        paper_tables = tables.tables_markdown(tests, dataset,
-                                              pooled_over=f"{len(spec.replicates)} {spec.replicate_kind}")
-        title = f"{spec.name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
-        paths = write_results(spec.local_dir, rows, spec.replicate_kind, title, dataset, paper_tables)
+        pooled_over = (f"the {spec.replicate_kind} finished so far (of {len(spec.replicates)})" if so_far
+                       else f"{len(spec.replicates)} {spec.replicate_kind}")
+        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=pooled_over)
+        name = f"{spec.name} ({so_far})" if so_far else spec.name
+        title = f"{name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
+        paths = write_results(directory, rows, spec.replicate_kind, title, dataset, paper_tables)
         tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])
         tracker.log_table("paper_tables", tables.TABLE_COLUMNS, tables.table_rows(tests, dataset))
         tracker.log_table("results_by_replicate", CSV_COLUMNS,
@@ -258,3 +329,15 @@ def summarise(spec: SweepSpec, grids: dict) -> tuple[list[dict], str, dict[str, 
     finally:
         tracker.finish()
     return rows, paper_tables, paths
+
+
+def report_so_far(spec: SweepSpec) -> tuple[list[dict], str, dict[str, Path], list[str]]:
+    """``summarise`` for the trials finished so far (``finished_trials``), while the sweep runs or
+    after it stopped: the rows, the paper's tables, the files written and notes on trial folders
+    passed over. The sweep's own files are only read."""
+    notes: list[str] = []
+    trials = finished_trials(spec, notes)
+    done = sum(len(t) for t in trials.values())
+    total = sum(len(spec.arm_samples(arm)) for arm in spec.arms) * len(spec.replicates)
+    rows, paper_tables, paths = summarise(spec, trials, so_far=f"so far: {done} of {total} trials finished")
+    return rows, paper_tables, paths, notes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from hlgt.sweep.space import describe
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
 ARM_DATA_KEYS = ("data.graph",)  # the data settings an arm may set: every graph variant is in the same shards
+SO_FAR = "so-far"  # in the sweep's results folder: the tables of the trials finished so far (``--so-far``)
+TRIAL_FOLDER = re.compile(r"(?P<arm>\w+)-s(?P<sample>\d+)-r(?P<replicate>\d+)-(?P<trial_id>[^-/]+)")
 
 
 @dataclass
@@ -61,6 +64,11 @@ class SweepSpec:
         return Path(self.root) if not is_uri(self.root) else Path("runs") / "sweeps" / self.name
 
     @property
+    def so_far_dir(self) -> Path:
+        """Where ``--so-far`` writes the tables of the trials finished so far."""
+        return self.local_dir / SO_FAR
+
+    @property
     def validated(self) -> bool:
         """Whether the trials hold out validation (MAWPS without it: the literature's protocol,
         one configuration per arm, each trial's last epoch tested)."""
@@ -90,6 +98,17 @@ class SweepSpec:
                 seen.append(params)
                 keep.append(i)
         return keep
+
+
+def trial_folder(arm: str, sample: int, replicate: int, trial_id: str) -> str:
+    """A trial's name, and its folders': ``<arm>-s<sample>-r<replicate>-<trial id>``."""
+    return f"{arm}-s{sample}-r{replicate}-{trial_id}"
+
+
+def read_trial_folder(name: str) -> tuple[str, int, int] | None:
+    """The arm, sample and replicate a ``trial_folder`` name stands for (None: not such a name)."""
+    m = TRIAL_FOLDER.fullmatch(name)
+    return (m["arm"], int(m["sample"]), int(m["replicate"])) if m else None
 
 
 def check_trials(spec: SweepSpec) -> None:
@@ -165,14 +184,18 @@ def settings(spec: SweepSpec) -> dict[str, Any]:
     return json.loads(json.dumps(flat))  # as the file reads back (tuples as lists)
 
 
-def check_same_sweep(spec: SweepSpec) -> None:
+def check_same_sweep(spec: SweepSpec, must_exist: bool = False) -> None:
     """Before a sweep resumes: ``ValueError`` naming each changed setting when an earlier sweep of
-    this name trained other ones (Tune would restore its trials and mix them with these settings)."""
+    this name trained other ones (Tune would restore its trials and mix them with these settings).
+    ``must_exist``: a ``ValueError`` too when there is no earlier sweep of this name."""
     fs, root = filesystem(spec.root)
     try:
         with fs.open_input_stream(f"{root}/{SETTINGS_FILE}") as f:
             saved = json.loads(f.read())
     except FileNotFoundError:
+        if must_exist:
+            raise ValueError(f"{spec.root} holds no sweep: give the --name and --storage of one that has "
+                             "started (and the flags it was started with)") from None
         return
     from hlgt.train.checkpoint import changed_settings
 

@@ -83,7 +83,8 @@ def _pct(x: float) -> str:
 
 def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest], dataset: str) -> str:
     """One of the paper's tables: the rows whose arms the sweep ran, ours pooled, the paper's figure,
-    each row's difference to ``full`` (ours and the paper's) and the paired counts."""
+    each row's difference to ``full`` (ours on the replicates both ran, and the paper's) and the
+    paired counts."""
     paper = PAPER.get(dataset, {})
     ref = tests.get(REFERENCE)
     lines = [f"### {title}", "",
@@ -95,7 +96,7 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
         if t is None:
             continue
         p = versus(t, ref) if ref is not None and arm != REFERENCE else None
-        ours_diff = f"{100 * (t.accuracy - ref.accuracy):+.1f}" if ref is not None and arm != REFERENCE and t.n else ""
+        ours_diff = f"{100 * (p.right_a - p.right_b) / p.n:+.1f}" if p else ""
         paper_diff = (f"{paper[arm] - paper[REFERENCE]:+.1f}" if arm != REFERENCE and arm in paper
                       and REFERENCE in paper else "")
         counts = f"{p.only_a} / {p.only_b}" if p else ""
