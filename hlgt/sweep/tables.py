@@ -133,7 +133,8 @@ def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str
     the arms of none of them, then Table 4."""
     if not tests:
         return ""
-    out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", ""]
+    out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", "",
+           "A row's difference to `full` (ours − full) and its paired counts are over the replicates both tested.", ""]
     shown = set()
     for title, arms in TABLES:
         if any(a in tests for a in arms if a != REFERENCE):
