@@ -49,7 +49,8 @@ While a long sweep runs, ``--so-far`` with the sweep's own flags writes the same
 trials finished so far into ``<storage>/<name>/so-far/`` and prints them: it reads the trials'
 checkpoints without Ray and leaves the running sweep alone; a model it has tested is not tested
 again by the next ``--so-far``. With a search, its test figures are of the configurations that
-validation chooses so far.
+validation chooses so far, among the trials that ran to their last epoch (one that asha or median
+stopped early has no final checkpoint, and only the sweep's own results count it).
 
 This command reads the command line (and the YAML file) into a ``hlgt.sweep.spec.SweepSpec`` and
 runs it; the sweep itself lives in ``hlgt.sweep``, which Ray's workers import.
