@@ -19,7 +19,8 @@ repeated id is made unique, with a note) and decoded in batches by the evaluatio
 progress; the answers file replaces ``--out`` whole once every line is answered.
 ``--explain PAGE`` (one text) and ``--explain-dir DIR`` (a file: one page per problem and
 ``index.html``, written chunk by chunk as the answers are) also write the problem as the model
-sees it (``hlgt.explain``); a text the model cannot read gets a page too, saying why.
+sees it (``hlgt.explain``), from the one beam search that gives its answer (problems are then
+decoded one by one); a text the model cannot read gets a page too, saying why.
 
 The model folder is a ``best/`` folder written by training (``Solver.save`` plus
 ``run_config.json``); it is all that is needed. Loading it, decoding and formatting the equation
@@ -326,8 +327,9 @@ def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path 
 
 class FilePages:
     """A ``--file``'s pages (``--explain-dir``): one per request, a refused one's from what could
-    be read of it under its error, added chunk by chunk, and the index once the file is read. The
-    folder (``hlgt.pages.PageFolder``) is checked when this is made, before any work."""
+    be read of it under its error, added chunk by chunk, and the index once the file is read; the
+    chunk's rows decoded for them (``decode``) give the answers too. The folder
+    (``hlgt.pages.PageFolder``) is checked when this is made, before any work."""
 
     def __init__(self, folder: str | Path):
         self.folder = PageFolder(folder)
