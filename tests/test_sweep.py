@@ -619,7 +619,7 @@ def _finished_trial(spec, folder: str, flat: dict, val_value_acc: float, final: 
     from hlgt.data.shards import load_vocab
     from hlgt.model.solver import Solver
 
-    checkpoint = Path(spec.train_storage) / folder / "checkpoint_2026-11-29_02-00-00.000000"
+    checkpoint = Path(spec.train_storage) / folder / "checkpoint_000000"
     cfg = C.Config.from_flat(flat)
     Solver(cfg.model, load_vocab(spec.shards[0])).save(checkpoint / "best")
     (checkpoint / "best" / "run_config.json").write_text(json.dumps({"config": cfg.to_flat(), "val/value_acc":
