@@ -485,6 +485,7 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     assert "### Table 2: graph construction" in md and "### Table 3: components" in md
     assert "Baseline" not in md  # no gts in this sweep
     # Table 4, pooled: full's problems counted once per bucket, each arm's accuracy over its own verdicts.
+    assert "### Table 4: value accuracy (%) by number of quantities\n" in md
     assert "| >=7 | 10 | 50.0% | 80.0 | 70.0 | 80.0 |" in md and "| 2 | 10 | 50.0% | 90.0 | 60.0 | 90.0 |" in md
     assert "| <=1 | 0 | 0.0% | - | - | - |" in md
     assert tables.versus(tests["no_line_graph"], tests["full"]).n == 20
@@ -495,6 +496,9 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     tests["no_aux_task"] = tables.ArmTest("no_aux_task", {0: scored(fold0, set(fold0[:7]), 7)})
     md = tables.tables_markdown(tests, "mawps", pooled_over="the folds finished so far (of 2)")
     assert "| HLGT w/o auxiliary task | no_aux_task | 70.0 | 7 / 10 | 84.0 | -10.0 | -0.8 | 0 / 1 | 1 |" in md
+    # Table 4 then counts fold 0 alone, for every arm: its 10 problems with 7 numbers.
+    assert "### Table 4: value accuracy (%) by number of quantities on replicate(s) 0, those every arm tested" in md
+    assert "| >=7 | 10 | 100.0% | 80.0 | 70.0 | 80.0 | 70.0 |" in md and "| 2 | 0 | 0.0% | - | - | - | - |" in md
 
 
 def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():

@@ -6,7 +6,7 @@ the published protocol: its 1,921 problems), beside the paper's figure for the d
 paired with ``full`` problem by problem on the replicates both ran (``hlgt.train.compare``): the
 problems only one of the two solves and the exact McNemar p say whether a difference is more than
 the luck of a few problems. Table 4 is value accuracy by the number of quantities in the problem,
-pooled over the replicates.
+pooled over the replicates every arm tested.
 """
 from __future__ import annotations
 
@@ -106,21 +106,23 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
 
 
 def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
-    """Table 4: value accuracy by number of quantities, one column per arm, pooled over replicates."""
+    """Table 4: value accuracy by number of quantities, one column per arm, pooled over the replicates
+    every arm tested, so that each column counts the same problems (an arm still running has fewer)."""
     arms = list(tests)
     paper = PAPER_TABLE4.get(dataset)
-    first = next(iter(tests.values()), None)
-    total = first.n if first else 0
+    common = sorted(set.intersection(*(set(t.by_replicate) for t in tests.values()))) if tests else []
+    problems = {arm: [s for r in common for s in tests[arm].by_replicate[r]] for arm in arms}
+    total = len(problems[arms[0]]) if arms else 0
+    every = all(set(t.by_replicate) == set(common) for t in tests.values())
+    on = "" if every else f" on replicate(s) {', '.join(map(str, common)) or 'none'}, those every arm tested"
     head = "| numbers | problems | share | " + " | ".join(arms) + (" | paper's HLGT |" if paper else " |")
-    lines = ["### Table 4: value accuracy (%) by number of quantities", "", head,
+    lines = [f"### Table 4: value accuracy (%) by number of quantities{on}", "", head,
              "|---|---:|---:|" + "---:|" * (len(arms) + bool(paper))]
     for bucket in NUMBER_BUCKETS:
-        count = sum(number_bucket(s.n_numbers) == bucket for scored in first.by_replicate.values() for s in scored) \
-            if first else 0
+        count = sum(number_bucket(s.n_numbers) == bucket for s in problems[arms[0]]) if arms else 0
         cells = []
         for arm in arms:
-            group = [s for scored in tests[arm].by_replicate.values() for s in scored
-                     if number_bucket(s.n_numbers) == bucket]
+            group = [s for s in problems[arm] if number_bucket(s.n_numbers) == bucket]
             cells.append(_pct(sum(s.value_correct for s in group) / len(group)) if group else "-")
         share = f"{100 * count / total:.1f}%" if total else "-"
         lines.append(f"| {bucket} | {count} | {share} | " + " | ".join(cells)
