@@ -1,11 +1,12 @@
 """Paired comparison of runs: counts, the exact McNemar p, pooling, and the errors that keep two
 different problem sets from being compared."""
 import json
+import math
 
 import pytest
 
 from hlgt.commands.compare import main
-from hlgt.train.compare import compare, mcnemar_exact
+from hlgt.train.compare import chi2_sf, cochran_q, compare, mcnemar_exact
 
 
 def write(path, verdicts):
@@ -23,6 +24,24 @@ def test_exact_mcnemar_matches_the_binomial_test():
     assert mcnemar_exact(94, 52) == pytest.approx(0.000642, rel=1e-2)
     assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
     assert 0 < mcnemar_exact(1500, 1000) < 1e-20  # big counts: exact integers, no overflow
+
+
+def test_cochran_q_over_three_models_and_the_chi_square_tail():
+    # The chi-square's 95th percentiles: 3.841459 (1 df), 5.991465 (2), 11.0705 (5), 15.50731 (8).
+    for x, df in ((3.841459, 1), (5.991465, 2), (11.0705, 5), (15.50731, 8)):
+        assert chi2_sf(x, df) == pytest.approx(0.05, rel=1e-4)
+    assert chi2_sf(0.0, 3) == 1.0 and chi2_sf(1e4, 7) < 1e-12
+    # By hand: models solve 3, 1 and 2 of 4 problems, rows 3, 2, 1, 0: Q = 2 (3 * 14 - 36) / (18 - 14) = 3.
+    a = {"1": True, "2": True, "3": True, "4": False}
+    b = {"1": True, "2": False, "3": False, "4": False}
+    c = {"1": True, "2": True, "3": False, "4": False}
+    q, df, p = cochran_q([a, b, c])
+    assert (q, df) == (3.0, 2) and p == pytest.approx(math.exp(-1.5))
+    assert cochran_q([a, a, a]) == (0.0, 2, 1.0)  # no problem splits them
+    with pytest.raises(ValueError, match="three or more"):
+        cochran_q([a, b])
+    with pytest.raises(ValueError, match="same problems"):
+        cochran_q([a, b, {"1": True}])
 
 
 def test_pairs_by_problem_id_and_pools(tmp_path):

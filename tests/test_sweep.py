@@ -484,6 +484,7 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     assert "| Parse graph + NC | parse_graph | 85.0 | 17 / 20 | 82.9 | +0.0 | -1.9 | 0 / 0 | 1 |" in md
     assert "### Table 2: graph construction" in md and "### Table 3: components" in md
     assert "Baseline" not in md  # no gts in this sweep
+    assert "differ at all" not in md  # no table with three arms, and three arms in all
     # Table 4, pooled: full's problems counted once per bucket, each arm's accuracy over its own verdicts.
     assert "### Table 4: value accuracy (%) by number of quantities\n" in md
     assert "| >=7 | 10 | 50.0% | 80.0 | 70.0 | 80.0 |" in md and "| 2 | 10 | 50.0% | 90.0 | 60.0 | 90.0 |" in md
@@ -496,6 +497,12 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     tests["no_aux_task"] = tables.ArmTest("no_aux_task", {0: scored(fold0, set(fold0[:7]), 7)})
     md = tables.tables_markdown(tests, "mawps", pooled_over="the folds finished so far (of 2)")
     assert "| HLGT w/o auxiliary task | no_aux_task | 70.0 | 7 / 10 | 84.0 | -10.0 | -0.8 | 0 / 1 | 1 |" in md
+    # Cochran's Q, on fold 0 (the replicate all tested): Table 3's three arms, then all four.
+    assert ("Do these 3 arms differ at all? Cochran's Q on the 10 problems of the replicates all of them tested: "
+            "Q = 0.5, df = 2, p = 0.78." in md)
+    assert "Do the sweep's 4 arms differ at all? Cochran's Q on the 10 problems" in md
+    assert "Q = 1.0, df = 3, p = 0.8." in md
+    assert md.count("differ at all") == 2  # none under Table 2: parse_graph and full are two arms
     # Table 4 then counts fold 0 alone, for every arm: its 10 problems with 7 numbers.
     assert "### Table 4: value accuracy (%) by number of quantities on replicate(s) 0, those every arm tested" in md
     assert "| >=7 | 10 | 100.0% | 80.0 | 70.0 | 80.0 | 70.0 |" in md and "| 2 | 0 | 0.0% | - | - | - | - |" in md

@@ -5,15 +5,16 @@ pooled: an arm's accuracy is its right answers over all its test problems (MAWPS
 the published protocol: its 1,921 problems), beside the paper's figure for the dataset. Each arm is
 paired with ``full`` problem by problem on the replicates both ran (``hlgt.train.compare``): the
 problems only one of the two solves and the exact McNemar p say whether a difference is more than
-the luck of a few problems. Table 4 is value accuracy by the number of quantities in the problem,
-pooled over the replicates every arm tested.
+the luck of a few problems. Under a table of three arms or more, Cochran's Q says whether its arms
+differ at all. Table 4 is value accuracy by the number of quantities in the problem, pooled over
+the replicates every arm tested.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hlgt.train.compare import Paired, pair
+from hlgt.train.compare import Paired, cochran_q, pair
 from hlgt.train.evaluate import NUMBER_BUCKETS, Scored, number_bucket
 
 REFERENCE = "full"
@@ -102,7 +103,21 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
         counts = f"{p.only_a} / {p.only_b}" if p else ""
         lines.append(f"| {PAPER_ROWS.get(arm, arm)} | {arm} | {_pct(t.accuracy)} | {t.right} / {t.n} "
                      f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {f'{p.p:.2g}' if p else ''} |")
-    return "\n".join(lines) + "\n"
+    differ = differ_line(arms, tests)
+    return "\n".join(lines) + "\n" + (f"\n{differ}\n" if differ else "")
+
+
+def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = "these") -> str:
+    """Whether the arms (three or more) differ at all: Cochran's Q over their verdicts on the
+    replicates every one of them tested ("" with fewer arms or no replicate in common)."""
+    present = [a for a in arms if a in tests]
+    common = sorted(set.intersection(*(set(tests[a].by_replicate) for a in present))) if present else []
+    if len(present) < 3 or not common:
+        return ""
+    models = [{f"{r}/{s.id}": s.value_correct for r in common for s in tests[a].by_replicate[r]} for a in present]
+    q, df, p = cochran_q(models)
+    return (f"Do {which} {len(present)} arms differ at all? Cochran's Q on the {len(models[0])} problems of the "
+            f"replicates all of them tested: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
 
 
 def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
@@ -145,6 +160,9 @@ def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str
     others = [a for a in tests if a not in shown]
     if others:
         out.append(table_markdown("Other arms", others, tests, dataset))
+    differ = differ_line(list(tests), tests, which="the sweep's") if len(tests) > 3 else ""
+    if differ:
+        out.append(differ + "\n")
     out.append(table4_markdown(tests, dataset))
     return "\n".join(out)
 

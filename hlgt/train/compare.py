@@ -7,12 +7,13 @@ one of them solves, and the exact McNemar test, per pair of runs (one per fold, 
 position. Each pair must hold the same problems: predictions are matched by problem id, and a
 problem in one file only is an error, not a silent drop. Two models trained with the same seed
 on the same folds differ in a few dozen problems per fold; only those problems inform the
-comparison, which is why the test counts them (McNemar) instead of comparing two accuracies.
+comparison, which is why the test counts them (McNemar) instead of comparing two accuracies. Cochran's Q
+extends McNemar to more than two models on the same problems: whether they differ at all.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import comb
+from math import comb, erfc, exp, lgamma, log, sqrt
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -29,6 +30,35 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
         return 1.0
     tail = sum(comb(n, i) for i in range(k + 1))
     return min(1.0, 2 * tail / 2 ** n)  # exact integers: no overflow for thousands of problems
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for X chi-square with ``df`` degrees of freedom, by the recurrence
+    sf(x; k + 2) = sf(x; k) + (x/2)^(k/2) e^(-x/2) / Gamma(k/2 + 1) from sf(x; 1) or sf(x; 2)."""
+    if x <= 0:
+        return 1.0
+    k, sf = (1, erfc(sqrt(x / 2))) if df % 2 else (2, exp(-x / 2))
+    while k < df:
+        sf += exp((k / 2) * log(x / 2) - x / 2 - lgamma(k / 2 + 1))
+        k += 2
+    return min(1.0, sf)
+
+
+def cochran_q(models: Sequence[Mapping[str, bool]]) -> tuple[float, int, float]:
+    """Cochran's Q over three or more models' verdicts on the same problems: (Q, degrees of freedom,
+    p under the chi-square approximation) for the hypothesis that all solve as many problems in
+    expectation. Problems all solve or none solves carry no information and drop out of Q."""
+    if len(models) < 3 or any(m.keys() != models[0].keys() for m in models):
+        raise ValueError("Cochran's Q needs three or more models' verdicts on the same problems")
+    k = len(models)
+    right = [sum(m.values()) for m in models]
+    per_problem = [sum(m[i] for m in models) for i in models[0]]
+    n = sum(right)
+    denominator = k * n - sum(r * r for r in per_problem)
+    if denominator == 0:  # every problem solved by all or by none: no model differs from another
+        return 0.0, k - 1, 1.0
+    q = (k - 1) * (k * sum(c * c for c in right) - n * n) / denominator
+    return q, k - 1, chi2_sf(q, k - 1)
 
 
 @dataclass(frozen=True)
