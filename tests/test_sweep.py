@@ -411,6 +411,7 @@ def test_a_trials_validation_is_its_best_models_even_when_tunes_history_starts_a
     assert outcome.val_value_acc == 0.6 and outcome.checkpoint == str(checkpoint)
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # a chart with no figure says so, not matplotlib
 def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_is_a_row(tmp_path):
     def trial(sample, val, error=None):
         return results.TrialOutcome(arm="full", sample=sample, replicate=0, val_value_acc=val,
