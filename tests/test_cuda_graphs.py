@@ -156,6 +156,7 @@ def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, arm):
         losses[graphs] = []
         for b in batches[:6]:
             out = steps.forward(steps.plan(b)) if graphs else solver(solver.plan(b))
+            assert out["scales"] and not any(v.requires_grad for v in out["scales"].values())
             opt.zero_grad(set_to_none=True)
             out["loss"].backward()
             opt.step()

@@ -129,7 +129,10 @@ class GraphedSteps:
         # copies, so that a step's losses outlive the next replay (the bench keeps them all).
         outs = [o.clone() for o in bucket.graphed(*states, *_graph_inputs(planned))]
         names = bucket.graphed.scale_names
-        return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": dict(zip(names, outs[3:]))}
+        # Every output of a graphed callable requires grad: the scales are detached, as eager ones
+        # are, so that summing them over an epoch keeps no chain of autograd nodes alive.
+        scales = {name: o.detach() for name, o in zip(names, outs[3:])}
+        return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": scales}
 
     def _capture(self, planned: Planned, states: tuple[Tensor, ...]) -> nn.Module:
         # The capture's own warm-up runs the module (and names the scales); the BiGRUs' weights are
