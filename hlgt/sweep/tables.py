@@ -66,9 +66,14 @@ class ArmTest:
         return self.right / self.n if self.n else float("nan")
 
 
+def common_replicates(tests: Sequence[ArmTest]) -> list[int]:
+    """The replicates every one of ``tests`` tested, in order."""
+    return sorted(set.intersection(*(set(t.by_replicate) for t in tests))) if tests else []
+
+
 def versus(a: ArmTest, b: ArmTest) -> Paired | None:
     """``a`` against ``b`` on value accuracy, pooled over the replicates both ran (None without one)."""
-    common = sorted(a.by_replicate.keys() & b.by_replicate.keys())
+    common = common_replicates([a, b])
     pairs = [pair(f"{a.arm} / {b.arm} replicate {r}", verdicts(a.by_replicate[r]), verdicts(b.by_replicate[r]))
              for r in common]
     return sum(pairs[1:], pairs[0]) if pairs else None
@@ -111,7 +116,7 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
     """Whether the arms (three or more) differ at all: Cochran's Q over their verdicts on the
     replicates every one of them tested ("" with fewer arms or no replicate in common)."""
     present = [a for a in arms if a in tests]
-    common = sorted(set.intersection(*(set(tests[a].by_replicate) for a in present))) if present else []
+    common = common_replicates([tests[a] for a in present])
     if len(present) < 3 or not common:
         return ""
     models = [{f"{r}/{s.id}": s.value_correct for r in common for s in tests[a].by_replicate[r]} for a in present]
@@ -125,7 +130,7 @@ def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
     every arm tested, so that each column counts the same problems (an arm still running has fewer)."""
     arms = list(tests)
     paper = PAPER_TABLE4.get(dataset)
-    common = sorted(set.intersection(*(set(t.by_replicate) for t in tests.values()))) if tests else []
+    common = common_replicates(list(tests.values()))
     problems = {arm: [s for r in common for s in tests[arm].by_replicate[r]] for arm in arms}
     total = len(problems[arms[0]]) if arms else 0
     every = all(set(t.by_replicate) == set(common) for t in tests.values())

@@ -7,8 +7,9 @@ one of them solves, and the exact McNemar test, per pair of runs (one per fold, 
 position. Each pair must hold the same problems: predictions are matched by problem id, and a
 problem in one file only is an error, not a silent drop. Two models trained with the same seed
 on the same folds differ in a few dozen problems per fold; only those problems inform the
-comparison, which is why the test counts them (McNemar) instead of comparing two accuracies. Cochran's Q
-extends McNemar to more than two models on the same problems: whether they differ at all.
+comparison, which is why the test counts them (McNemar) instead of comparing two accuracies.
+Cochran's Q extends McNemar to more than two models on the same problems: whether they differ at
+all.
 """
 from __future__ import annotations
 
