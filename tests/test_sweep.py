@@ -509,6 +509,38 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     assert "| >=7 | 10 | 100.0% | 80.0 | 70.0 | 80.0 | 70.0 |" in md and "| 2 | 0 | 0.0% | - | - | - | - |" in md
 
 
+def test_an_arm_trained_with_several_seeds_is_paired_with_itself_on_the_folds_both_seeds_tested():
+    from hlgt.sweep import tables
+
+    fold0, fold1 = [f"a{i}" for i in range(10)], [f"b{i}" for i in range(10)]
+    replicates = [{"data.fold": f, "train.seed": s} for f in (0, 1) for s in (1, 2, 3)]  # as --folds 0,1 --seeds 1,2,3
+    tests = {
+        # full: seeds 1 and 2 on both folds, seed 3 on fold 0 only (still training on fold 1).
+        "full": tables.ArmTest("full", {0: scored(fold0, set(fold0[:8])), 1: scored(fold0, set(fold0[1:9])),
+                                        2: scored(fold0, set(fold0[:9])), 3: scored(fold1, set(fold1[:5])),
+                                        4: scored(fold1, set(fold1[:7]))}),
+        "gts": tables.ArmTest("gts", {0: scored(fold0, set(fold0[:6])), 3: scored(fold1, set(fold1[:6]))}),
+    }
+    pairs = {(p.arm, p.seeds): p for p in tables.seed_pairs(tests, replicates)}
+    assert set(pairs) == {("full", (1, 2)), ("full", (1, 3)), ("full", (2, 3))}  # gts has one seed
+    one_two = pairs["full", (1, 2)]
+    # Fold 0: only seed 1 a0, only seed 2 a8; fold 1: only seed 2 b5, b6.
+    assert one_two.folds == [0, 1] and (one_two.paired.n, one_two.paired.only_a, one_two.paired.only_b) == (20, 1, 3)
+    assert pairs["full", (2, 3)].folds == [0] and pairs["full", (2, 3)].paired.n == 10
+    md = tables.tables_markdown(tests, "mawps", pooled_over="6 runs", replicates=replicates)
+    assert "### Training noise: each arm against itself with another seed" in md
+    assert "| full | 1 / 2 | 0, 1 | 65.0 | 75.0 | +10.0 | 1 / 3 | 0.62 |" in md
+    assert "| full | 1 / 3 | 0 | 80.0 | 90.0 | +10.0 | 0 / 1 | 1 |" in md
+    assert md.index("Training noise") < md.index("Table 4")
+    assert tables.seed_rows(tests, replicates)[0] == ["full", 1, 2, "0, 1", 0.65, 0.75, 20, 1, 3, 0.625]
+    # One seed per fold (the tables run), or no folds given: no such section.
+    assert "Training noise" not in tables.tables_markdown(tests, "mawps", pooled_over="6 runs")
+    assert tables.seed_pairs(tests, [{"data.fold": f, "train.seed": 1} for f in range(5)]) == []
+    math23k = [{"train.seed": s} for s in (1, 2)]
+    assert tables.seed_pairs({"full": tables.ArmTest("full", {0: scored(fold0, {"a0"}), 1: scored(fold0, set())})},
+                             math23k)[0].folds_text == "-"
+
+
 def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():
     def trial(replicate, error=None):
         return results.TrialOutcome(arm="full", sample=0, replicate=replicate, val_value_acc=math.nan,

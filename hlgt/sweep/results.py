@@ -321,12 +321,15 @@ def summarise(spec: SweepSpec, trials: dict[str, list[TrialOutcome]],
         dataset = centre.data.dataset
         pooled_over = (f"the {spec.replicate_kind} finished so far (of {len(spec.replicates)})" if so_far
                        else f"{len(spec.replicates)} {spec.replicate_kind}")
-        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=pooled_over)
+        paper_tables = tables.tables_markdown(tests, dataset, pooled_over=pooled_over, replicates=spec.replicates)
         name = f"{spec.name} ({so_far})" if so_far else spec.name
         title = f"{name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
         paths = write_results(directory, rows, spec.replicate_kind, title, dataset, paper_tables)
         tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])
         tracker.log_table("paper_tables", tables.TABLE_COLUMNS, tables.table_rows(tests, dataset))
+        noise = tables.seed_rows(tests, spec.replicates)
+        if noise:
+            tracker.log_table("seed_noise", tables.SEED_COLUMNS, noise)
         tracker.log_table("results_by_replicate", CSV_COLUMNS,
                           [[rep[c] for c in CSV_COLUMNS] for r in rows for rep in r["replicates"]])
     finally:

@@ -6,13 +6,16 @@ the published protocol: its 1,921 problems), beside the paper's figure for the d
 paired with ``full`` problem by problem on the replicates both ran (``hlgt.train.compare``): the
 problems only one of the two solves and the exact McNemar p say whether a difference is more than
 the luck of a few problems. Under a table of three arms or more, Cochran's Q says whether its arms
-differ at all. Table 4 is value accuracy by the number of quantities in the problem, pooled over
-the replicates every arm tested.
+differ at all. Where an arm was trained with more than one seed, it is paired with itself across
+seeds on the same folds: how far training noise alone moves an arm, the yardstick for its
+differences to ``full``. Table 4 is value accuracy by the number of quantities in the problem,
+pooled over the replicates every arm tested.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 
 from hlgt.train.compare import Paired, cochran_q, pair
 from hlgt.train.evaluate import NUMBER_BUCKETS, Scored, number_bucket
@@ -125,6 +128,55 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
             f"replicates all of them tested: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
 
 
+@dataclass(frozen=True)
+class SeedPair:
+    """One arm trained with two seeds, paired on the folds both runs tested (``None`` without folds)."""
+
+    arm: str
+    seeds: tuple[int, int]
+    folds: list[int | None]
+    paired: Paired  # a: the first seed, b: the second
+
+    @property
+    def folds_text(self) -> str:
+        return ", ".join("-" if f is None else str(f) for f in self.folds)
+
+
+def seed_pairs(tests: Mapping[str, ArmTest], replicates: Sequence[Mapping]) -> list[SeedPair]:
+    """Every arm against itself with another seed: for each two of its seeds, its verdicts pooled
+    over the folds that both seeds' runs tested (``replicates[r]``: replicate r's data.fold and
+    train.seed)."""
+    out = []
+    for arm, t in tests.items():
+        where = {(replicates[r].get("data.fold"), replicates[r].get("train.seed")): r for r in t.by_replicate}
+        for a, b in combinations(sorted({seed for _, seed in where}), 2):
+            folds = [fold for fold, seed in where if seed == a and (fold, b) in where]
+            pairs = [pair(f"{arm} seed {a} / {b} fold {fold}", verdicts(t.by_replicate[where[fold, a]]),
+                          verdicts(t.by_replicate[where[fold, b]])) for fold in folds]
+            pooled = sum(pairs[1:], pairs[0]) if pairs else None
+            if pooled is not None and pooled.n:
+                out.append(SeedPair(arm, (a, b), folds, pooled))
+    return out
+
+
+def seed_noise_markdown(tests: Mapping[str, ArmTest], replicates: Sequence[Mapping]) -> str:
+    """The arms trained with two seeds or more, each against itself ("" where none was)."""
+    rows = seed_pairs(tests, replicates)
+    if not rows:
+        return ""
+    lines = ["### Training noise: each arm against itself with another seed", "",
+             "The same arm, settings and test problems; only the training seed differs. An arm's difference to "
+             "`full` says more than training noise only where it is well beyond these.", "",
+             "| arm | seeds | folds | first seed (%) | second seed (%) | second − first | only the first / only the "
+             "second | exact McNemar p |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        p = row.paired
+        lines.append(f"| {row.arm} | {row.seeds[0]} / {row.seeds[1]} | {row.folds_text} | {_pct(p.right_a / p.n)} "
+                     f"| {_pct(p.right_b / p.n)} | {100 * (p.right_b - p.right_a) / p.n:+.1f} "
+                     f"| {p.only_a} / {p.only_b} | {p.p:.2g} |")
+    return "\n".join(lines) + "\n"
+
+
 def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
     """Table 4: value accuracy by number of quantities, one column per arm, pooled over the replicates
     every arm tested, so that each column counts the same problems (an arm still running has fewer)."""
@@ -150,9 +202,11 @@ def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str) -> str:
+def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str,
+                    replicates: Sequence[Mapping] = ()) -> str:
     """Tables 2 and 3 and the baseline (those with an arm of theirs besides ``full`` in the sweep),
-    the arms of none of them, then Table 4."""
+    the arms of none of them, each arm against itself with another seed (``replicates``: the
+    sweep's folds and seeds, by replicate), then Table 4."""
     if not tests:
         return ""
     out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", "",
@@ -168,6 +222,9 @@ def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str
     differ = differ_line(list(tests), tests, which="the sweep's") if len(tests) > 3 else ""
     if differ:
         out.append(differ + "\n")
+    noise = seed_noise_markdown(tests, replicates) if replicates else ""
+    if noise:
+        out.append(noise)
     out.append(table4_markdown(tests, dataset))
     return "\n".join(out)
 
@@ -183,5 +240,14 @@ def table_rows(tests: Mapping[str, ArmTest], dataset: str) -> list[list]:
     return rows
 
 
+def seed_rows(tests: Mapping[str, ArmTest], replicates: Sequence[Mapping]) -> list[list]:
+    """Each arm against itself with another seed, for a W&B table."""
+    return [[r.arm, r.seeds[0], r.seeds[1], r.folds_text, r.paired.right_a / r.paired.n,
+             r.paired.right_b / r.paired.n, r.paired.n, r.paired.only_a, r.paired.only_b, r.paired.p]
+            for r in seed_pairs(tests, replicates)]
+
+
+SEED_COLUMNS = ["arm", "seed_a", "seed_b", "folds", "test_value_acc_a", "test_value_acc_b", "problems", "only_a",
+                "only_b", "mcnemar_p"]
 TABLE_COLUMNS = ["arm", "paper_row", "test_value_acc_pooled", "right", "problems", "paper", "only_arm", "only_full",
                  "mcnemar_p"]
