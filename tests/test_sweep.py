@@ -4,6 +4,7 @@ the table, the chart, the best models and one offline W&B run per trial."""
 import json
 import math
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -690,16 +691,19 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
     done = _finished_trial(spec, "full-s0-r1-a_00001", spec.trial_flat("full", 0, 1), 0.25)
     _finished_trial(spec, "no_line_graph-s0-r0-a_00002", spec.trial_flat("no_line_graph", 0, 0), 0.5, final=False)
     _finished_trial(spec, "full-s0-r0-old_00000", {**spec.trial_flat("full", 0, 0), "model.heads": 8}, 0.5)
+    _finished_trial(spec, "full-s0-r0-b_00003", spec.trial_flat("full", 0, 0), 0.75)
     (Path(spec.train_storage) / "notes").mkdir()
     before = sorted(p for p in Path(spec.root).rglob("*"))
 
     assert command.main(argv + ["--so-far"]) == 0
     out = capsys.readouterr().out
     report = spec.so_far_dir / "results.md"
-    assert "## long (so far: 1 of 4 trials finished)" in report.read_text()
+    assert "## long (so far: 2 of 4 trials finished)" in report.read_text()
     rows = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
-    assert rows["full"]["runs"] == 1 and rows["full"]["replicates"][0]["replicate"] == 1
-    assert rows["full"]["val_value_acc_mean"] == 0.25 and rows["no_line_graph"]["runs"] == 0
+    assert rows["full"]["runs"] == 2 and [r["replicate"] for r in rows["full"]["replicates"]] == [0, 1]
+    assert rows["full"]["val_value_acc_mean"] == 0.5 and rows["no_line_graph"]["runs"] == 0
+    # Seeds 1 and 2 of full, paired on fold 0's test problems: the training noise section.
+    assert re.search(r"\| full \| 1 / 2 \| 0 \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| \d+ / \d+ \|", report.read_text())
     assert "| full |" in out and "the seeds finished so far (of 2)" in out
     assert "full-s0-r0-old_00000: trained other settings than the sweep's (model.heads 8 -> 4)" in out
     tested = spec.so_far_dir / "best" / "full" / "replicate1"
