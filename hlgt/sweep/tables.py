@@ -148,14 +148,14 @@ def seed_pairs(tests: Mapping[str, ArmTest], replicates: Sequence[Mapping]) -> l
     train.seed)."""
     out = []
     for arm, t in tests.items():
-        where = {(replicates[r].get("data.fold"), replicates[r].get("train.seed")): r for r in t.by_replicate}
-        for a, b in combinations(sorted({seed for _, seed in where}), 2):
-            folds = [fold for fold, seed in where if seed == a and (fold, b) in where]
-            pairs = [pair(f"{arm} seed {a} / {b} fold {fold}", verdicts(t.by_replicate[where[fold, a]]),
-                          verdicts(t.by_replicate[where[fold, b]])) for fold in folds]
-            pooled = sum(pairs[1:], pairs[0]) if pairs else None
-            if pooled is not None and pooled.n:
-                out.append(SeedPair(arm, (a, b), folds, pooled))
+        by_seed: dict[int, ArmTest] = {}  # seed -> the arm's verdicts by fold
+        for r, scored in t.by_replicate.items():
+            seed = replicates[r].get("train.seed")
+            by_seed.setdefault(seed, ArmTest(arm)).by_replicate[replicates[r].get("data.fold")] = scored
+        for a, b in combinations(sorted(by_seed), 2):
+            paired = versus(by_seed[a], by_seed[b])
+            if paired is not None and paired.n:
+                out.append(SeedPair(arm, (a, b), common_replicates([by_seed[a], by_seed[b]]), paired))
     return out
 
 
