@@ -5,6 +5,7 @@ import json
 import math
 import pickle
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,23 @@ def test_two_arm_sweep_writes_table_chart_and_wandb_runs(tmp_path, monkeypatch, 
     assert len(trial_logs) == 2 and all(b"val/value_acc" in log for log in trial_logs)
     assert any(b"full-s0-r0" in log for log in trial_logs) and any(b"no_line_graph-s0-r0" in log for log in trial_logs)
     assert sum(b"t-results" in log for log in logs) == 1
+
+    # The storage lost but the records of --so-far (so-far/best/): the re-run trains nothing and
+    # tables the same test predictions.
+    assert command.main(argv + ["--so-far"]) == 0
+    for lost in root.iterdir():
+        if lost.name != "so-far" and not lost.name.startswith("."):
+            shutil.rmtree(lost) if lost.is_dir() else lost.unlink()
+    capsys.readouterr()
+    try:
+        assert command.main(argv + ["--no-wandb"]) == 0
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    assert "2 trial(s) recorded as tested" in out and "epoch 1 |" not in out
+    again = json.loads((root / "results.json").read_text())
+    assert [r["test_value_acc_mean"] for r in again] == [r["test_value_acc_mean"] for r in results]
+    assert all("only the test predictions were kept" in r["checkpoints"][0] for r in again)
 
 
 def test_an_arm_trains_each_distinct_model_once(tmp_path):
@@ -722,3 +740,33 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
         rows["full"]["test_value_acc_mean"]
     with pytest.raises(ValueError, match="--so-far reports on a sweep as it is"):
         command.main(argv + ["--so-far", "--fresh"])
+
+    # The storage lost, the records kept (so-far/best/): the tested trials stand as they were, and
+    # a sweep re-run on the same records does not train them again.
+    shutil.rmtree(spec.train_storage)
+    assert command.main(argv + ["--so-far"]) == 0
+    assert "(so far: 2 of 4 trials finished)" in report.read_text()
+    again = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
+    assert again["full"]["test_value_acc_mean"] == rows["full"]["test_value_acc_mean"]
+    assert again["full"]["runs"] == 2 and "only the test predictions were kept" in again["full"]["checkpoints"][0]
+    notes: list[str] = []
+    spec.recorded = results.recorded_trials(spec, notes)
+    assert sorted(spec.recorded) == [("full", 0, 0), ("full", 0, 1)] and not notes
+    monkeypatch.setattr(experiments.launch, "fit", lambda *a, **k: pytest.fail("a recorded trial trained again"))
+    reported = []
+    monkeypatch.setattr("ray.tune.report", reported.append)
+    experiments.trial({"arm": "full", "sample": 0, "replicate": 1}, spec)
+    assert reported == [{"epoch": 24, "val/value_acc": 0.25}]
+    skipped = results.TrialOutcome("full", 0, 1, float("nan"), checkpoint=None, error=None)  # Tune's, of the skip
+    assert results.with_records(spec, [skipped]) == [spec.recorded[("full", 0, 1)]]
+    # The sweep's own results: the record's predictions, copied beside the others.
+    results.evaluate_on_test(spec, spec.recorded[("full", 0, 1)], None, spec.local_dir)
+    assert (spec.local_dir / "best" / "full" / "replicate1" / "predictions_test.jsonl").read_text() == predictions
+    # A record of other settings is passed over, and said.
+    record = results.record_dir(spec, "full", 0) / results.RECORD_FILE
+    changed = json.loads(record.read_text())
+    changed["config"]["model.heads"] = 8
+    record.write_text(json.dumps(changed))
+    notes = []
+    assert sorted(results.recorded_trials(spec, notes)) == [("full", 0, 1)]
+    assert "a trial record of other settings than the sweep's (model.heads 8 -> 4)" in notes[0]

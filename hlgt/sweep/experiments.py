@@ -45,6 +45,12 @@ def trial(config: dict, spec: SweepSpec) -> None:
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    recorded = spec.recorded.get((config["arm"], config["sample"], config["replicate"]))
+    if recorded is not None:
+        # Tested before the sweep's storage was lost: its record stands for it (results.with_records),
+        # and the scheduler gets the metric it ranks by.
+        ray.tune.report({M.EPOCH: spec.centre.train.epochs, M.VAL_VALUE_ACC: recorded.val_value_acc})
+        return
 
     cfg = Config.from_flat(spec.trial_flat(config["arm"], config["sample"], config["replicate"]))
     # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
@@ -293,10 +299,19 @@ def run(spec: SweepSpec, address: str | None = None) -> list[dict]:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # with verbose=0, Tune's legacy reporter prints nothing at all
     started = time.perf_counter()
     announce(spec)
+    notes: list[str] = []
+    spec.recorded = results.recorded_trials(spec, notes)
+    for note in notes:
+        print(f"[sweep] {note}", flush=True)
+    if spec.recorded:
+        print(f"[sweep] {len(spec.recorded)} trial(s) recorded as tested in {spec.so_far_dir / 'best'}: not trained "
+              "again", flush=True)
     trials = {}
     for name, arms in experiments(spec).items():
         grid = run_experiment(spec, name, arms)
-        trials.update({arm: results.outcomes(spec, arm, [r for r in grid if r.config["arm"] == arm]) for arm in arms})
+        trials.update({arm: results.with_records(spec, results.outcomes(spec, arm, [r for r in grid
+                                                                               if r.config["arm"] == arm]))
+                       for arm in arms})
     rows, paper_tables, paths = results.summarise(spec, trials)
     chosen = ("selection on validation, test evaluated once per arm's best configuration" if spec.validated
               else "no validation: each arm's one configuration, every replicate's last epoch tested")

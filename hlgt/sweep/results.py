@@ -9,7 +9,10 @@ then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.swee
 ``results.png`` (bars per arm, mean ± std, the paper's figure marked) and, with W&B on, as one
 summary run with the tables and the chosen models' test predictions. ``report_so_far`` writes the
 same for the trials finished so far, read from their checkpoints without Ray, into
-``<sweep>/so-far/``, while the sweep runs.
+``<sweep>/so-far/``, while the sweep runs. Each trial it tests leaves there a record
+(``so-far/best/<arm>/replicate<r>/``: the test predictions and ``trial.json``, its settings), which
+stands for the trial when its checkpoints are gone: a sweep whose storage was lost (a cluster torn
+down, a machine wiped) and whose records were kept does not train those trials again.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ class TrialOutcome:
     val_value_acc: float  # the validation value accuracy of the trial's best model
     checkpoint: str | None  # its latest checkpoint (holds best/)
     error: str | None
+    record: Path | None = None  # its tested record (``recorded_trials``) when its checkpoints are gone
 
 
 def best_validation(fs, checkpoint: str | None) -> float:
@@ -109,9 +113,55 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
         else:
             latest[trial] = checkpoint
     # Checkpoints are named by their path in the storage's filesystem, as Tune reports them.
-    return {arm: [TrialOutcome(arm=a, sample=s, replicate=r, val_value_acc=best_validation(fs, c), checkpoint=c,
-                               error=None) for (a, s, r), c in sorted(latest.items()) if a == arm]
-            for arm in spec.arms}
+    found = {trial: TrialOutcome(arm=trial[0], sample=trial[1], replicate=trial[2],
+                                 val_value_acc=best_validation(fs, c), checkpoint=c, error=None)
+             for trial, c in latest.items()}
+    found = {**recorded_trials(spec, notes), **found}
+    return {arm: [t for key, t in sorted(found.items()) if key[0] == arm] for arm in spec.arms}
+
+
+RECORD_FILE = "trial.json"  # beside a tested trial's predictions: what it trained, and its validation
+
+
+def record_dir(spec: SweepSpec, arm: str, replicate: int) -> Path:
+    """Where ``--so-far`` writes a tested trial's predictions and record."""
+    return spec.so_far_dir / "best" / arm / f"replicate{replicate}"
+
+
+def recorded_trials(spec: SweepSpec, notes: list[str]) -> dict[tuple[str, int, int], TrialOutcome]:
+    """The trials that ``--so-far`` tested and recorded (``record_dir``), by (arm, sample,
+    replicate): each stands for its trial, whose test predictions it holds, when the trial's
+    checkpoints are gone. A record of other settings than the sweep's, or one unreadable, is
+    passed over and said in ``notes``."""
+    found = {}
+    for arm in spec.arms:
+        for replicate in range(len(spec.replicates)):
+            folder = record_dir(spec, arm, replicate)
+            if not (folder / RECORD_FILE).exists():
+                continue
+            try:
+                record = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
+                trial = (arm, int(record["sample"]), replicate)
+                checkpoint = (folder / "checkpoint.txt").read_text(encoding="utf-8")
+                E.read_predictions(folder / "predictions_test.jsonl")
+                now = Config.from_flat(spec.trial_flat(*trial)).to_flat()
+                changed = changed_settings(record["config"], now)
+                val_value_acc = float(record["val_value_acc"])
+            except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+                notes.append(f"{folder}: an unreadable trial record ({e})")
+                continue
+            if changed:
+                notes.append(f"{folder}: a trial record of other settings than the sweep's ({'; '.join(changed)})")
+                continue
+            found[trial] = TrialOutcome(arm=arm, sample=trial[1], replicate=replicate, val_value_acc=val_value_acc,
+                                        checkpoint=checkpoint, error=None, record=folder)
+    return found
+
+
+def with_records(spec: SweepSpec, trials: list[TrialOutcome]) -> list[TrialOutcome]:
+    """An arm's trials from Tune, each one that left no checkpoint (it was recorded, so not
+    trained again) replaced by its record (``spec.recorded``)."""
+    return [spec.recorded.get((t.arm, t.sample, t.replicate), t) if t.checkpoint is None else t for t in trials]
 
 
 def final_checkpoint(fs, trial_dir: str) -> str | None:
@@ -163,16 +213,23 @@ def _checkpoint_dir(spec: SweepSpec, path: str):
 def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path, reuse: bool = False):
     """A chosen trial's best model evaluated on its fold's test split; the report and predictions
     written under ``directory/best/<arm>/replicate<r>`` with the checkpoint they are of, and logged.
-    ``reuse``: predictions written there of the same checkpoint are read back instead. Returns the
-    report and the scored problems."""
+    ``reuse``: predictions written there of the same checkpoint are read back instead; a recorded
+    trial's (``t.record``) always are. Returns the report and the scored problems."""
     out = directory / "best" / t.arm / f"replicate{t.replicate}"
-    predictions, of = out / "predictions_test.jsonl", out / "checkpoint.txt"
-    if reuse and predictions.exists() and of.exists() and of.read_text(encoding="utf-8") == t.checkpoint:
+    kept = t.record or (out if reuse else None)
+    if kept is not None and (kept / "checkpoint.txt").exists() \
+            and (kept / "checkpoint.txt").read_text(encoding="utf-8") == t.checkpoint:
         try:
-            scored = [E.Scored(**p) for p in E.read_predictions(predictions)]
+            scored = [E.Scored(**p) for p in E.read_predictions(kept / "predictions_test.jsonl")]
+            if kept != out:
+                E.write_report(out, "test", E.summarise(scored), scored)
+                write_text(out / "checkpoint.txt", t.checkpoint)
+                write_text(out / RECORD_FILE, (kept / RECORD_FILE).read_text(encoding="utf-8"))
             return E.summarise(scored), scored
-        except (TypeError, ValueError):  # written by another version: tested again below
-            pass
+        except (OSError, TypeError, ValueError):  # written by another version: tested again below
+            if t.record is not None:
+                raise ValueError(f"{t.record}: a trial record this version cannot read, and its checkpoint "
+                                 "is gone") from None
     cfg = Config.from_flat(spec.trial_flat(t.arm, t.sample, t.replicate))
     rows = load_rows(spec.shards[cfg.data.fold], "test")
     with _checkpoint_dir(spec, t.checkpoint) as folder:
@@ -180,7 +237,9 @@ def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path,
     report, scored = E.evaluate(solver, rows, solver.vocab, variant=cfg.data.graph, beam_size=cfg.model.beam_size,
                                 batch_size=cfg.train.batch_size)
     E.write_report(out, "test", report, scored)
-    write_text(of, t.checkpoint)
+    write_text(out / "checkpoint.txt", t.checkpoint)
+    write_text(out / RECORD_FILE, json.dumps({"sample": t.sample, "val_value_acc": t.val_value_acc,
+                                              "config": cfg.to_flat()}, indent=1))
     print(f"[sweep] {t.arm} replicate {t.replicate} tested: value accuracy {report.value_acc:.1%}", flush=True)
     tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
     return report, scored
@@ -201,7 +260,7 @@ def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], track
     config = describe(spec.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
     replicates = [{"arm": arm, "config": config, "replicate": t.replicate, **_fold_seed(spec.replicates[t.replicate]),
                    "problems": r.n, "val_value_acc": t.val_value_acc, "test_value_acc": r.value_acc,
-                   "test_equation_acc": r.equation_acc, "model": str(Path(t.checkpoint) / "best")}
+                   "test_equation_acc": r.equation_acc, "model": _model(t)}
                   for t, r in zip(chosen, reports)]
     return {"arm": arm, "config": config, "runs": len(chosen),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
@@ -209,6 +268,13 @@ def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], track
             "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
             "test_equation_acc_mean": te_mean, "test_equation_acc_std": te_std,
             "checkpoints": [r["model"] for r in replicates], "replicates": replicates}, test
+
+
+def _model(t: TrialOutcome) -> str:
+    """Where a chosen trial's model is; a recorded trial's is gone."""
+    if t.record is not None:
+        return f"none: only the test predictions were kept ({t.record})"
+    return str(Path(t.checkpoint) / "best")
 
 
 def _fold_seed(replicate: dict) -> dict:

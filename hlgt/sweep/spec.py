@@ -47,6 +47,9 @@ class SweepSpec:
     wandb_dir: str = "."  # where offline W&B runs are written (on the node running each trial's rank 0)
     replicate_kind: str = "seeds"  # what the replicates vary, for the table: seeds | folds | runs
     verbose: bool = False  # Tune's and the workers' own output on the console, not one line per epoch
+    # (arm, sample, replicate) → the record of a trial tested before the storage was lost
+    # (``hlgt.sweep.results.recorded_trials``): not trained again
+    recorded: dict = field(default_factory=dict)
 
     @property
     def root(self) -> str:
