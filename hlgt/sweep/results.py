@@ -221,11 +221,12 @@ def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path,
             and (kept / "checkpoint.txt").read_text(encoding="utf-8") == t.checkpoint:
         try:
             scored = [E.Scored(**p) for p in E.read_predictions(kept / "predictions_test.jsonl")]
+            report = E.summarise(scored)
             if kept != out:
-                E.write_report(out, "test", E.summarise(scored), scored)
+                E.write_report(out, "test", report, scored)
                 write_text(out / "checkpoint.txt", t.checkpoint)
                 write_text(out / RECORD_FILE, (kept / RECORD_FILE).read_text(encoding="utf-8"))
-            return E.summarise(scored), scored
+            return report, scored
         except (OSError, TypeError, ValueError):  # written by another version: tested again below
             if t.record is not None:
                 raise ValueError(f"{t.record}: a trial record this version cannot read, and its checkpoint "
