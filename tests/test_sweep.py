@@ -523,6 +523,11 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     assert "Do the sweep's 4 arms differ at all? Cochran's Q on the 10 problems" in md
     assert "Q = 1.0, df = 3, p = 0.8." in md
     assert md.count("differ at all") == 2  # none under Table 2: parse_graph and full are two arms
+    # A sweep whose arms all sit in Table 3 prints its test once, under that table.
+    del tests["parse_graph"]
+    tests["hgt"] = tables.ArmTest("hgt", {0: scored(fold0, set(fold0[1:8]), 7)})
+    table3 = tables.tables_markdown(tests, "mawps", pooled_over="the folds finished so far (of 2)")
+    assert "Do these 4 arms differ at all?" in table3 and table3.count("differ at all") == 1
     # Table 4 then counts fold 0 alone, for every arm: its 10 problems with 7 numbers.
     assert "### Table 4: value accuracy (%) by number of quantities on replicate(s) 0, those every arm tested" in md
     assert "| >=7 | 10 | 100.0% | 80.0 | 70.0 | 80.0 | 70.0 |" in md and "| 2 | 0 | 0.0% | - | - | - | - |" in md

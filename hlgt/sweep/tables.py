@@ -211,15 +211,19 @@ def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str
         return ""
     out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", "",
            "A row's difference to `full` (ours − full) and its paired counts are over the replicates both tested.", ""]
-    shown = set()
+    shown, printed = set(), []
     for title, arms in TABLES:
         if any(a in tests for a in arms if a != REFERENCE):
             out.append(table_markdown(title, arms, tests, dataset))
             shown.update(arms)
+            printed.append({a for a in arms if a in tests})
     others = [a for a in tests if a not in shown]
     if others:
         out.append(table_markdown("Other arms", others, tests, dataset))
-    differ = differ_line(list(tests), tests, which="the sweep's") if len(tests) > 3 else ""
+        printed.append(set(others))
+    # A table holding every arm of the sweep has already printed the sweep's own test.
+    whole = len(tests) > 3 and set(tests) not in printed
+    differ = differ_line(list(tests), tests, which="the sweep's") if whole else ""
     if differ:
         out.append(differ + "\n")
     noise = seed_noise_markdown(tests, replicates) if replicates else ""
