@@ -211,13 +211,12 @@ def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str
         return ""
     out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", "",
            "A row's difference to `full` (ours − full) and its paired counts are over the replicates both tested.", ""]
-    shown, printed = set(), []
+    printed = []  # each printed table's arms that the sweep tested
     for title, arms in TABLES:
         if any(a in tests for a in arms if a != REFERENCE):
             out.append(table_markdown(title, arms, tests, dataset))
-            shown.update(arms)
             printed.append({a for a in arms if a in tests})
-    others = [a for a in tests if a not in shown]
+    others = [a for a in tests if not any(a in arms for arms in printed)]
     if others:
         out.append(table_markdown("Other arms", others, tests, dataset))
         printed.append(set(others))
