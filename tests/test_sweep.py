@@ -6,6 +6,7 @@ import math
 import pickle
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -378,6 +379,65 @@ def test_ctrl_c_stops_the_sweep_instead_of_going_on_to_the_next_arm():
     with pytest.raises(KeyboardInterrupt, match="sweep interrupted in experiment full; re-run the same command"):
         fit_unless_interrupted(_InterruptedTuner(True), "full")
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def _one_arm_spec(tmp_path, max_failures: int) -> SweepSpec:
+    return SweepSpec(name="retry", storage=str(tmp_path), base={}, arms=["full"], samples=[{}],
+                     replicates=[{"data.fold": 0, "train.seed": 1}], scheduler="fifo", max_failures=max_failures)
+
+
+def test_a_sweep_retries_a_failed_trial_max_failures_times(tmp_path, monkeypatch):
+    import ray.tune
+
+    from hlgt.sweep import experiments
+
+    class Recorder:
+        can_restore = staticmethod(lambda path: False)
+
+        def __init__(self, trainable, **kwargs):
+            self.kwargs = kwargs
+
+    monkeypatch.setattr(ray.tune, "Tuner", Recorder)
+    monkeypatch.setattr(experiments, "concurrency", lambda spec: 1)
+    monkeypatch.setattr(experiments, "fit_unless_interrupted", lambda tuner, name: tuner)
+    tuner = experiments.run_experiment(_one_arm_spec(tmp_path, 3), "full", ["full"])
+    assert tuner.kwargs["run_config"].failure_config.max_failures == 3
+
+
+def _fails_once(config, spec):
+    """A trial whose first attempt dies, as one whose actor Ray cancelled while it started."""
+    import ray.tune
+
+    attempts = Path(spec.storage) / "attempts"
+    before = int(attempts.read_text()) if attempts.exists() else 0
+    attempts.write_text(str(before + 1))
+    if before == 0:
+        raise RuntimeError("the actor never ran")
+    ray.tune.report({"epoch": 1, "val/value_acc": 0.5})
+
+
+@pytest.mark.slow
+def test_a_trial_that_fails_once_finishes_in_the_same_run(tmp_path, monkeypatch, capsys):
+    import ray
+    import ray.cloudpickle
+
+    from hlgt.ray_session import start_ray
+    from hlgt.sweep import experiments
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+    monkeypatch.setattr(experiments, "trial", _fails_once)
+    start_ray(cpus=2, dashboard=False, console=False)
+    try:
+        grid = experiments.run_experiment(_one_arm_spec(tmp_path, 1), "full", ["full"])
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert (tmp_path / "attempts").read_text() == "2"
+    assert grid.num_errors == 0 and grid[0].metrics["val/value_acc"] == 0.5
+    out = capsys.readouterr().out
+    assert "failed (RuntimeError: the actor never ran); retry 1 of 1, from its last checkpoint" in out
+    assert "FAILED" not in out
 
 
 def test_a_second_sweep_of_a_running_name_is_refused_before_ray(tmp_path):

@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "trials per GPU as fit in its memory, measured by one probe step)")
     p.add_argument("--max-concurrent", type=non_negative_int, default=0,
                    help="trials at once (default: what the cluster fits)")
-    p.add_argument("--max-failures", type=int, default=1, help="worker-failure retries per trial")
+    p.add_argument("--max-failures", type=int, default=1,
+                   help="retries of a failed trial, and of its training workers, before the trial counts as failed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
     p.add_argument("--fresh", action="store_true",

@@ -6,7 +6,8 @@ without validation (a table: one configuration per arm, fifo) compares nothing, 
 arm's trials in one experiment (``<storage>/<name>/arms``), replicate after replicate, so that no
 CPU idles between arms while an arm's last replicates finish. An interrupted sweep resumes
 when re-run with the same name and storage: finished trials are kept, unfinished ones continue
-from their last checkpoint. ``run`` is the whole sweep: the experiments, then
+from their last checkpoint. A failed trial is retried within the run ``max_failures`` times
+before it counts as failed. ``run`` is the whole sweep: the experiments, then
 ``hlgt.sweep.results``.
 """
 from __future__ import annotations
@@ -197,8 +198,8 @@ def trials_that_fit(spec: SweepSpec, res: dict) -> int:
 
 def epoch_lines(validated: bool):
     """A Tune callback printing one line per trial per epoch (with its latest validation score when
-    trials hold out validation), one when a trial ends and the error of a failed one: the sweep's
-    console unless ``--verbose`` (then Tune's and the workers' own)."""
+    trials hold out validation), one when a trial ends, and the error of a failed one, retried or
+    not: the sweep's console unless ``--verbose`` (then Tune's and the workers' own)."""
     from ray.tune import Callback
 
     class EpochLines(Callback):
@@ -213,16 +214,24 @@ def epoch_lines(validated: bool):
         def on_trial_complete(self, iteration, trials, trial, **info):
             print(f"[sweep] {trial} finished", flush=True)
 
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            of = f" of {trial.max_failures}" if trial.max_failures >= 0 else ""  # below 0: no limit
+            print(f"[sweep] {trial} failed ({last_error(trial)}); retry {trial.num_failures}{of}, from its last "
+                  "checkpoint", flush=True)
+
         def on_trial_error(self, iteration, trials, trial, **info):
-            # The error file is on this machine now; Tune's get_error reads the copy in the storage,
-            # which is written later.
-            where = trial.error_file
-            lines = Path(where).read_text(encoding="utf-8").split("\n") if where and Path(where).is_file() else []
-            last = next((line.strip() for line in reversed(lines) if line.strip()), "?")
-            print(f"[sweep] {trial} FAILED: {last} ({where or 'see Ray logs'}; --verbose shows the workers' "
-                  "output)", flush=True)
+            print(f"[sweep] {trial} FAILED: {last_error(trial)} ({trial.error_file or 'see Ray logs'}; --verbose "
+                  "shows the workers' output)", flush=True)
 
     return EpochLines()
+
+
+def last_error(trial) -> str:
+    """The last line of a failed trial's error. The error file is on this machine now; Tune's
+    get_error reads the copy in the storage, which is written later."""
+    where = trial.error_file
+    lines = Path(where).read_text(encoding="utf-8").split("\n") if where and Path(where).is_file() else []
+    return next((line.strip() for line in reversed(lines) if line.strip()), "?")
 
 
 def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
@@ -251,7 +260,10 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
                                             scheduler=scheduler(spec.scheduler, spec.centre.train.epochs),
                                             max_concurrent_trials=concurrency(spec), trial_name_creator=trial_name,
                                             trial_dirname_creator=trial_name),
+            # A trial whose actor dies (a node lost, a worker killed while Ray clears a finished trial's)
+            # starts again at once, and its Ray Train run resumes from its last checkpoint.
             run_config=ray.tune.RunConfig(name=name, storage_path=spec.root, verbose=2 if spec.verbose else 0,
+                                          failure_config=ray.tune.FailureConfig(max_failures=spec.max_failures),
                                           callbacks=[] if spec.verbose else [epoch_lines(spec.validated)]),
         )
     return fit_unless_interrupted(tuner, name)
