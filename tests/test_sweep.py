@@ -387,6 +387,7 @@ def _one_arm_spec(tmp_path, max_failures: int) -> SweepSpec:
 
 
 def test_a_sweep_retries_a_failed_trial_max_failures_times(tmp_path, monkeypatch):
+    import ray
     import ray.tune
 
     from hlgt.sweep import experiments
@@ -400,6 +401,8 @@ def test_a_sweep_retries_a_failed_trial_max_failures_times(tmp_path, monkeypatch
     monkeypatch.setattr(ray.tune, "Tuner", Recorder)
     monkeypatch.setattr(experiments, "concurrency", lambda spec: 1)
     monkeypatch.setattr(experiments, "fit_unless_interrupted", lambda tuner, name: tuner)
+    monkeypatch.setattr(experiments, "slots_actor", lambda spec, slots: None)
+    monkeypatch.setattr(ray, "kill", lambda actor: None)
     tuner = experiments.run_experiment(_one_arm_spec(tmp_path, 3), "full", ["full"])
     assert tuner.kwargs["run_config"].failure_config.max_failures == 3
 
@@ -438,6 +441,73 @@ def test_a_trial_that_fails_once_finishes_in_the_same_run(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "failed (RuntimeError: the actor never ran); retry 1 of 1, from its last checkpoint" in out
     assert "FAILED" not in out
+
+
+def test_trial_slots_hold_trials_to_their_number_through_retries_and_free_a_dead_trials(monkeypatch):
+    from hlgt.sweep import experiments
+
+    now = [0.0]
+    monkeypatch.setattr(experiments.time, "monotonic", lambda: now[0])
+    slots = experiments.TrialSlots(2)
+    assert slots.take("a") and slots.take("b") and not slots.take("c")
+    assert slots.take("a")  # a retried trial keeps its slot
+    slots.give_back("b")
+    assert slots.take("c") and not slots.take("b")
+    now[0] = experiments.SLOT_LEASE_S / 2
+    assert slots.take("a")  # renewed
+    now[0] = experiments.SLOT_LEASE_S + 1  # c died without giving its slot back
+    assert slots.take("b") and not slots.take("d")
+
+
+def _trains_in_a_slot(config, spec):
+    """A trial that, while it trains, watches for another trial training (10 s at most)."""
+    import time
+
+    import ray.tune
+
+    from hlgt.sweep import experiments
+
+    here = Path(spec.storage)
+    with experiments.trial_slot(spec, wait_s=0.2):
+        (here / f"in{config['replicate']}").touch()
+        seen = []
+        for _ in range(50):
+            seen = [p.name for p in here.glob("in*") if p.name != f"in{config['replicate']}"]
+            if seen:
+                break
+            time.sleep(0.2)
+        (here / f"in{config['replicate']}").unlink()
+    (here / f"saw{config['replicate']}").write_text(" ".join(seen))
+    ray.tune.report({"epoch": 1, "val/value_acc": 0.5})
+
+
+@pytest.mark.slow
+def test_trials_that_tune_starts_at_once_beyond_what_fits_train_one_after_another(tmp_path, monkeypatch):
+    import ray
+    import ray.cloudpickle
+    import ray.tune
+
+    from hlgt.ray_session import start_ray
+    from hlgt.sweep import experiments
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+    monkeypatch.setattr(experiments, "trial", _trains_in_a_slot)
+    monkeypatch.setattr(experiments, "concurrency", lambda spec: 1)
+    # As a restored experiment does: Tune starts every unfinished trial, whatever its limit.
+    tune_config = ray.tune.TuneConfig
+    monkeypatch.setattr(ray.tune, "TuneConfig", lambda **kw: tune_config(**{**kw, "max_concurrent_trials": None}))
+    spec = _one_arm_spec(tmp_path, 0)
+    spec.replicates.append({"data.fold": 0, "train.seed": 2})
+    start_ray(cpus=2, dashboard=False, console=False)
+    try:
+        grid = experiments.run_experiment(spec, "full", ["full"])
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert grid.num_errors == 0 and len(grid) == 2
+    # Each trained alone: the second once the first gave its slot back.
+    assert [(tmp_path / f"saw{r}").read_text() for r in (0, 1)] == ["", ""]
 
 
 def test_a_second_sweep_of_a_running_name_is_refused_before_ray(tmp_path):

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -54,11 +56,81 @@ def trial(config: dict, spec: SweepSpec) -> None:
         return
 
     cfg = Config.from_flat(spec.trial_flat(config["arm"], config["sample"], config["replicate"]))
-    # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
-    launch.fit(cfg, spec.shards[cfg.data.fold], name=ray.tune.get_context().get_trial_name(),
-               storage=spec.train_storage, workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
-               gpus_per_worker=spec.gpus_per_worker or None, keep=1, max_failures=spec.max_failures,
-               callbacks=[TuneReportCallback()], group=spec.name, wandb_dir=spec.wandb_dir, evaluate_test=False)
+    with trial_slot(spec):
+        # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
+        launch.fit(cfg, spec.shards[cfg.data.fold], name=ray.tune.get_context().get_trial_name(),
+                   storage=spec.train_storage, workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
+                   gpus_per_worker=spec.gpus_per_worker or None, keep=1, max_failures=spec.max_failures,
+                   callbacks=[TuneReportCallback()], group=spec.name, wandb_dir=spec.wandb_dir,
+                   evaluate_test=False)
+
+
+SLOT_LEASE_S = 60.0  # a slot whose trial has not renewed it for this long is free again
+
+
+class TrialSlots:
+    """An experiment's slots: at most ``slots`` trials train at once, however many Tune starts.
+
+    Tune's ``max_concurrent_trials`` caps only the trials it creates: a restored experiment starts
+    every unfinished trial at once (those that were running, and the errored ones it resumes).
+    Trials beyond what the cluster fits take the CPUs that Ray Data's reads need, and then no trial
+    trains, with no error. A trial holds its slot through its retries (slots are keyed by trial
+    id) and gives it back when it ends; one whose actor died without giving it back loses it
+    when its lease runs out. One named Ray actor per experiment (``slots_actor``).
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.leases: dict[str, float] = {}  # trial id → when its lease runs out
+
+    def take(self, trial_id: str) -> bool:
+        """Whether ``trial_id`` holds a slot now (renewing its lease when it held one already)."""
+        now = time.monotonic()
+        self.leases = {t: end for t, end in self.leases.items() if end > now}
+        if trial_id not in self.leases and len(self.leases) >= self.slots:
+            return False
+        self.leases[trial_id] = now + SLOT_LEASE_S
+        return True
+
+    def give_back(self, trial_id: str) -> None:
+        self.leases.pop(trial_id, None)
+
+
+def slots_name(spec: SweepSpec) -> str:
+    return f"hlgt-trial-slots:{spec.root}"
+
+
+def slots_actor(spec: SweepSpec, slots: int):
+    """The ``TrialSlots`` actor of the experiment that is running."""
+    import ray
+
+    return ray.remote(num_cpus=0)(TrialSlots).options(name=slots_name(spec), get_if_exists=True).remote(slots)
+
+
+@contextmanager
+def trial_slot(spec: SweepSpec, wait_s: float = 5.0):
+    """Inside a Tune trial: wait for one of the sweep's slots, keep its lease while the body runs,
+    give it back after."""
+    import ray
+    import ray.tune
+
+    slots, trial_id = ray.get_actor(slots_name(spec)), ray.tune.get_context().get_trial_id()
+    while not ray.get(slots.take.remote(trial_id)):
+        time.sleep(wait_s)
+    done = threading.Event()
+
+    def renew():
+        while not done.wait(SLOT_LEASE_S / 3):
+            ray.get(slots.take.remote(trial_id))
+
+    renewing = threading.Thread(target=renew, daemon=True)
+    renewing.start()
+    try:
+        yield
+    finally:
+        done.set()
+        renewing.join()
+        ray.get(slots.give_back.remote(trial_id))
 
 
 def trial_name(t) -> str:
@@ -236,12 +308,16 @@ def last_error(trial) -> str:
 
 def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
     """One Tune experiment for ``arms`` (restored when it exists); returns its ResultGrid."""
+    import ray
     import ray.tune
 
     path = f"{spec.root}/{name}"
     # The trial function only waits on its TorchTrainer, whose workers hold the CPUs (GPUs). It asks
     # for memory, not CPU: a fraction of a CPU would leave Ray Data's 1-CPU read tasks unschedulable.
     trainable = ray.tune.with_resources(ray.tune.with_parameters(trial, spec=spec), {"CPU": 0, "memory": 64 * 1024**2})
+    # At most this many trials at once: Tune creates no more, and the slots hold the trials of a
+    # restored experiment to it too.
+    at_once = concurrency(spec)
     if ray.tune.Tuner.can_restore(path):
         print(f"[sweep] {name}: resuming {path}", flush=True)
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
@@ -258,7 +334,7 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
             tune_config=ray.tune.TuneConfig(metric=M.VAL_VALUE_ACC if spec.validated else None,
                                             mode="max" if spec.validated else None,
                                             scheduler=scheduler(spec.scheduler, spec.centre.train.epochs),
-                                            max_concurrent_trials=concurrency(spec), trial_name_creator=trial_name,
+                                            max_concurrent_trials=at_once, trial_name_creator=trial_name,
                                             trial_dirname_creator=trial_name),
             # A trial whose actor dies (a node lost, a worker killed while Ray clears a finished trial's)
             # starts again at once, and its Ray Train run resumes from its last checkpoint.
@@ -266,7 +342,11 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
                                           failure_config=ray.tune.FailureConfig(max_failures=spec.max_failures),
                                           callbacks=[] if spec.verbose else [epoch_lines(spec.validated)]),
         )
-    return fit_unless_interrupted(tuner, name)
+    slots = slots_actor(spec, at_once)
+    try:
+        return fit_unless_interrupted(tuner, name)
+    finally:
+        ray.kill(slots)
 
 
 def fit_unless_interrupted(tuner, name: str):
