@@ -407,6 +407,25 @@ def test_a_sweep_retries_a_failed_trial_max_failures_times(tmp_path, monkeypatch
     assert tuner.kwargs["run_config"].failure_config.max_failures == 3
 
 
+def _run_experiment_with(trainable, spec, monkeypatch):
+    """``run_experiment`` on a local Ray with ``trainable`` (a function of this file) as its trials."""
+    import ray
+    import ray.cloudpickle
+
+    from hlgt.ray_session import start_ray
+    from hlgt.sweep import experiments
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setattr(experiments, "trial", trainable)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+    start_ray(cpus=2, dashboard=False, console=False)
+    try:
+        return experiments.run_experiment(spec, "full", ["full"])
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
 def _fails_once(config, spec):
     """A trial whose first attempt dies, as one whose actor Ray cancelled while it started."""
     import ray.tune
@@ -421,21 +440,7 @@ def _fails_once(config, spec):
 
 @pytest.mark.slow
 def test_a_trial_that_fails_once_finishes_in_the_same_run(tmp_path, monkeypatch, capsys):
-    import ray
-    import ray.cloudpickle
-
-    from hlgt.ray_session import start_ray
-    from hlgt.sweep import experiments
-
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
-    monkeypatch.setattr(experiments, "trial", _fails_once)
-    start_ray(cpus=2, dashboard=False, console=False)
-    try:
-        grid = experiments.run_experiment(_one_arm_spec(tmp_path, 1), "full", ["full"])
-    finally:
-        ray.shutdown()
-        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    grid = _run_experiment_with(_fails_once, _one_arm_spec(tmp_path, 1), monkeypatch)
     assert (tmp_path / "attempts").read_text() == "2"
     assert grid.num_errors == 0 and grid[0].metrics["val/value_acc"] == 0.5
     out = capsys.readouterr().out
@@ -483,28 +488,17 @@ def _trains_in_a_slot(config, spec):
 
 @pytest.mark.slow
 def test_trials_that_tune_starts_at_once_beyond_what_fits_train_one_after_another(tmp_path, monkeypatch):
-    import ray
-    import ray.cloudpickle
     import ray.tune
 
-    from hlgt.ray_session import start_ray
     from hlgt.sweep import experiments
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
-    monkeypatch.setattr(experiments, "trial", _trains_in_a_slot)
     monkeypatch.setattr(experiments, "concurrency", lambda spec: 1)
     # As a restored experiment does: Tune starts every unfinished trial, whatever its limit.
     tune_config = ray.tune.TuneConfig
     monkeypatch.setattr(ray.tune, "TuneConfig", lambda **kw: tune_config(**{**kw, "max_concurrent_trials": None}))
     spec = _one_arm_spec(tmp_path, 0)
     spec.replicates.append({"data.fold": 0, "train.seed": 2})
-    start_ray(cpus=2, dashboard=False, console=False)
-    try:
-        grid = experiments.run_experiment(spec, "full", ["full"])
-    finally:
-        ray.shutdown()
-        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    grid = _run_experiment_with(_trains_in_a_slot, spec, monkeypatch)
     assert grid.num_errors == 0 and len(grid) == 2
     # Each trained alone: the second once the first gave its slot back.
     assert [(tmp_path / f"saw{r}").read_text() for r in (0, 1)] == ["", ""]
