@@ -899,3 +899,10 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
     notes = []
     assert sorted(results.recorded_trials(spec, notes)) == [("full", 0, 1)]
     assert "a trial record of other settings than the sweep's (model.heads 8 -> 4)" in notes[0]
+
+
+def test_chart_range_shows_the_figures_with_a_margin_on_multiples_of_five():
+    assert results.chart_range([84.3, 85.7, 82.6, float("nan")]) == (80.0, 90.0)
+    assert results.chart_range([1.0, 99.5]) == (0.0, 100.0)  # within 0-100
+    assert results.chart_range([100.0, 100.0]) == (95.0, 100.0)  # never an empty axis
+    assert results.chart_range([float("nan")]) == (0.0, 100.0)  # nothing to show

@@ -6,7 +6,7 @@ Without validation (MAWPS's literature protocol) each arm has one configuration 
 replicate's last epoch is tested. The results are written as ``results.md`` (the arms' table,
 then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.sweep.tables``),
 ``results.csv`` (one row per arm and replicate: per-fold figures), ``results.json`` and
-``results.png`` (bars per arm, mean ± std, the paper's figure marked) and, with W&B on, as one
+``results.png`` (a point per arm, mean ± std, the paper's figure marked) and, with W&B on, as one
 summary run with the tables and the chosen models' test predictions. ``report_so_far`` writes the
 same for the trials finished so far, read from their checkpoints without Ray, into
 ``<sweep>/so-far/``, while the sweep runs. Each trial it tests leaves there a record
@@ -307,9 +307,22 @@ def best_models_markdown(rows: list[dict]) -> str:
             "--split test`):\n\n" + "\n".join(lines) + "\n")
 
 
+def chart_range(values: list[float]) -> tuple[float, float]:
+    """The chart's accuracy axis (%): the figures it shows with a margin, on multiples of 5 within
+    0-100, so that arms a point apart look a point apart (the chart draws points, not bars, so an
+    axis that does not start at 0 misleads no one)."""
+    shown = [v for v in values if not math.isnan(v)]
+    if not shown:
+        return 0.0, 100.0
+    low = max(0.0, 5 * math.floor((min(shown) - 2) / 5))
+    high = min(100.0, 5 * math.ceil((max(shown) + 2) / 5))
+    return low, max(high, low + 5)
+
+
 def _chart(path: Path, rows: list[dict], title: str, dataset: str) -> None:
-    """Validation and test value accuracy per arm (mean ± std bars), the paper's figure marked;
-    the arms in the order of the paper's tables."""
+    """Validation and test value accuracy per arm (mean ± std over the replicates, as points with
+    error bars, the test mean written beside its point), the paper's figure marked and the
+    reference arm's test mean drawn across; the arms in the order of the paper's tables."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -319,23 +332,39 @@ def _chart(path: Path, rows: list[dict], title: str, dataset: str) -> None:
     rows = sorted(rows, key=lambda r: order.index(r["arm"]) if r["arm"] in order else len(order))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(rows) + 1.5), 3.8))
     x = list(range(len(rows)))
-    width = 0.38
-    for offset, key, label in ((-width / 2, "val_value_acc", "validation"), (width / 2, "test_value_acc", "test")):
-        if all(math.isnan(r[f"{key}_mean"]) for r in rows):  # no validation split
-            continue
-        ax.bar([i + offset for i in x], [100 * r[f"{key}_mean"] for r in rows], width,
-               yerr=[100 * r[f"{key}_std"] for r in rows], capsize=3, label=label)
+    series = [(key, label) for key, label in (("val_value_acc", "validation"), ("test_value_acc", "test"))
+              if not all(math.isnan(r[f"{key}_mean"]) for r in rows)]  # no validation split: test alone
+    shift = 0.15 if len(series) == 2 else 0.0
+    shown: list[float] = []
+    for key, label in series:
+        offset = shift if key == "test_value_acc" else -shift
+        means = [100 * r[f"{key}_mean"] for r in rows]
+        stds = [100 * r[f"{key}_std"] for r in rows]
+        ax.errorbar([i + offset for i in x], means, yerr=stds, fmt="o", capsize=3, label=label)
+        shown += [m + sign * (0 if math.isnan(sd) else sd) for m, sd in zip(means, stds) for sign in (-1, 1)]
+        if key == "test_value_acc":
+            for i, m in zip(x, means):
+                if not math.isnan(m):
+                    ax.annotate(f"{m:.1f}", (i + offset, m), xytext=(5, 0), textcoords="offset points",
+                                va="center", fontsize=7)
+            reference = [m for r, m in zip(rows, means) if r["arm"] == tables.REFERENCE and not math.isnan(m)]
+            if reference:
+                ax.axhline(reference[0], color="grey", linestyle=":", linewidth=1, zorder=0,
+                           label=f"{tables.REFERENCE} (test)")
     paper = tables.PAPER.get(dataset, {})
     marked = [(i, paper[r["arm"]]) for i, r in zip(x, rows) if r["arm"] in paper]
     if marked:
-        ax.scatter([i + width / 2 for i, _ in marked], [v for _, v in marked], marker="_", s=300, color="black",
+        ax.scatter([i + shift for i, _ in marked], [v for _, v in marked], marker="_", s=300, color="black",
                    zorder=3, label="paper (test)")
+        shown += [v for _, v in marked]
     ax.set_xticks(x, [r["arm"] for r in rows], rotation=20, ha="right")
+    ax.set_xlim(-0.6, len(rows) - 0.4)
     ax.set_ylabel("value accuracy (%)")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(*chart_range(shown))
+    ax.grid(axis="y", linewidth=0.3)
     ax.set_title(title, fontsize=9)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="lower left")
     else:  # every arm failed, and the dataset has no paper figure to mark
         ax.text(0.5, 0.5, "no arm has a figure", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
@@ -346,7 +375,7 @@ def _chart(path: Path, rows: list[dict], title: str, dataset: str) -> None:
 def write_results(directory: Path, rows: list[dict], replicate_kind: str, title: str, dataset: str = "",
                   paper_tables: str = "") -> dict[str, Path]:
     """results.md (the arms' table, ``paper_tables``, the best models) / .csv (one row per arm and
-    replicate) / .json and the bar chart results.png (no chart, and a note saying so, where
+    replicate) / .json and the chart results.png (no chart, and a note saying so, where
     matplotlib is not installed: an offline GPU node may lack it)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"md": directory / "results.md", "csv": directory / "results.csv",
