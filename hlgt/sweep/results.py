@@ -342,15 +342,13 @@ def _chart(path: Path, rows: list[dict], title: str, dataset: str) -> None:
         stds = [100 * r[f"{key}_std"] for r in rows]
         ax.errorbar([i + offset for i in x], means, yerr=stds, fmt="o", capsize=3, label=label)
         shown += [m + sign * (0 if math.isnan(sd) else sd) for m, sd in zip(means, stds) for sign in (-1, 1)]
-        if key == "test_value_acc":
-            for i, m in zip(x, means):
-                if not math.isnan(m):
-                    ax.annotate(f"{m:.1f}", (i + offset, m), xytext=(5, 0), textcoords="offset points",
-                                va="center", fontsize=7)
-            reference = [m for r, m in zip(rows, means) if r["arm"] == tables.REFERENCE and not math.isnan(m)]
-            if reference:
-                ax.axhline(reference[0], color="grey", linestyle=":", linewidth=1, zorder=0,
-                           label=f"{tables.REFERENCE} (test)")
+    test = [100 * r["test_value_acc_mean"] for r in rows]
+    for i, m in zip(x, test):
+        if not math.isnan(m):
+            ax.annotate(f"{m:.1f}", (i + shift, m), xytext=(5, 0), textcoords="offset points", va="center", fontsize=7)
+    reference = next((m for r, m in zip(rows, test) if r["arm"] == tables.REFERENCE and not math.isnan(m)), None)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle=":", linewidth=1, zorder=0, label=f"{tables.REFERENCE} (test)")
     paper = tables.PAPER.get(dataset, {})
     marked = [(i, paper[r["arm"]]) for i, r in zip(x, rows) if r["arm"] in paper]
     if marked:
