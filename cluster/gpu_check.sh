@@ -24,7 +24,8 @@
 #   schedule  the paper's whole schedule (`python -m hlgt.train`: every training problem, the dataset's
 #             epochs, validation every EVAL_EVERY epochs, the best model tested), SCHEDULE_ARMS side by
 #             side, train.cuda_graphs=GRAPHS, each stopped after the epoch that crosses SCHEDULE_MINUTES
-#             (schedule_<arm>.log, its results schedule_<arm>.json)
+#             (schedule_<arm>.log, its results schedule_<arm>.json); RESUME=true goes on with the run
+#             folders of an earlier call on the same warm machine, from their last epochs
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
@@ -32,7 +33,8 @@
 # `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
 # card in the same call), PROFILE_STEPS (10), SCHEDULE_ARMS ("full gts": arms sharing a GPU share its
 # time), SCHEDULE_MINUTES (8), EVAL_EVERY (5), GRAPHS (true on a GPU, else false), RUNS (the
-# schedule's run folders, /tmp/hlgt-gpu-runs). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
+# schedule's run folders, runs/gpu-check: ignored, so a warm machine keeps them between calls), RESUME
+# (false). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
 # runs the steps on the CPU in a minute (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
@@ -48,7 +50,8 @@ SCHEDULE_ARMS=${SCHEDULE_ARMS:-full gts}
 SCHEDULE_MINUTES=${SCHEDULE_MINUTES:-8}
 EVAL_EVERY=${EVAL_EVERY:-5}
 GRAPHS=${GRAPHS:-$([ "$DEVICE" = cuda ] && echo true || echo false)}
-RUNS=${RUNS:-/tmp/hlgt-gpu-runs}  # model folders stay on the machine; logs and results go to $OUT
+RUNS=$(realpath -m "${RUNS:-runs/gpu-check}")  # model folders stay on the machine; logs and results go to $OUT
+RESUME=${RESUME:-false}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
@@ -136,14 +139,16 @@ step_compiled() {
   fi
 }
 step_schedule() {
-  echo "[gpu_check] the whole schedule: $SCHEDULE_ARMS side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each" >&2
+  echo "[gpu_check] the whole schedule: $SCHEDULE_ARMS side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each," \
+    "resumed: $RESUME" >&2
   gpu=(); [ "$DEVICE" = cuda ] && gpu=(--gpu)
+  fresh=(--fresh); [ "$RESUME" = true ] && fresh=()  # without --fresh a run goes on from its last checkpoint
   pids=()
   for arm in $SCHEDULE_ARMS; do
-    python -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --no-ray "${gpu[@]}" --no-wandb --fresh --ablation "$arm" \
+    python -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --no-ray "${gpu[@]}" --no-wandb "${fresh[@]}" --ablation "$arm" \
       --name "schedule-$arm" --set "train.out_dir=$RUNS" --set "train.batch_size=$BATCH" \
       --set "train.cuda_graphs=$GRAPHS" --set "train.eval_every=$EVAL_EVERY" --set "train.max_minutes=$SCHEDULE_MINUTES" \
-      > "$OUT/schedule_$arm.log" 2>&1 &
+      >> "$OUT/schedule_$arm.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done

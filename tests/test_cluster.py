@@ -228,6 +228,14 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     assert not (tmp_path / "out" / "bench_compiled.txt").exists()  # a step not asked for does not run
     for arm in ("full", "gts"):  # stopped by its time budget after epoch 1, its best model tested
         assert "test/value_acc" in json.loads((tmp_path / "out" / f"schedule_{arm}.json").read_text())
+    # The next call on the same machine goes on with the schedule where the first one stopped.
+    env.update(STEPS="schedule", SCHEDULE_ARMS="gts", RESUME="true")
+    done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (tmp_path / "out" / "schedule_gts.log").read_text()
+    assert "resuming from" in log and "epoch 2/30" in log
+    assert json.loads((tmp_path / "out" / "schedule_gts.json").read_text())["epoch"] == 2
 
 
 def test_the_gpu_check_script_runs_the_steps_in_the_order_given_and_names_an_unknown_one(tmp_path):

@@ -148,11 +148,21 @@ def test_sweep_trials_leave_test_alone(shards, tmp_path):
     assert (tmp_path / "r" / "predictions_valid.jsonl").exists()
 
 
-def test_time_budget_stops_after_the_epoch_that_crosses_it(shards, tmp_path):
-    result = loop.train(tiny(**{"train.epochs": 5, "train.max_minutes": 1e-6}), shards, run_dir=tmp_path / "r")
+def test_time_budget_stops_after_the_epoch_that_crosses_it_and_a_rerun_goes_on(shards, tmp_path):
+    run = tmp_path / "r"
+    result = loop.train(tiny(**{"train.epochs": 5, "train.max_minutes": 1e-6}), shards, run_dir=run)
     assert [m[M.EPOCH] for m in result.history] == [1]
     assert result.metrics[M.EPOCH] == 1 and M.TEST_VALUE_ACC in result.metrics
-    assert checkpoint.read_checkpoint(tmp_path / "r" / "checkpoint")["finished"]
+    assert (run / "results.json").is_file() and not checkpoint.read_checkpoint(run / "checkpoint")["finished"]
+    # The next call of the schedule (another budget, or none) trains from epoch 2 on.
+    later = loop.train(tiny(**{"train.epochs": 5, "train.max_minutes": 1e-6}), shards, run_dir=run,
+                       resume_from=run / "checkpoint")
+    assert [m[M.EPOCH] for m in later.history] == [1, 2] and later.metrics[M.EPOCH] == 2
+    rest = loop.train(tiny(**{"train.epochs": 5}), shards, run_dir=run, resume_from=run / "checkpoint")
+    assert [m[M.EPOCH] for m in rest.history] == [1, 2, 3, 4, 5]
+    state = checkpoint.read_checkpoint(run / "checkpoint")
+    assert state["finished"] and state["starts"] == [0, 1, 2]
+    assert _logged_epochs(run) == [1, 1, 2, 2, 3, 4, 5, 5]  # each epoch once, each stop's test report after it
 
 
 def test_report_is_required(shards):

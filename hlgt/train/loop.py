@@ -10,10 +10,11 @@ rate every ``train.lr_step`` epochs, the whole validation split is evaluated eve
 decodes every world_size-th problem, rank 0 gathers and scores them all: a problem's prediction
 does not depend on which rank or batch decodes it), rank 0 keeps the best model by validation
 value accuracy (test is never looked at) and writes a checkpoint that every rank then reports.
-``train.max_minutes`` ends training early, after the epoch that crosses it (all ranks agree
-through the all-reduce), and the run finishes as after its last epoch. After the last epoch rank 0
-evaluates the best model once on test and writes the predictions files and the Table-4 breakdown
-into the final checkpoint.
+``train.max_minutes`` ends training early, after the epoch that crosses it (all ranks agree through
+the all-reduce), and the best model is evaluated as after the last epoch; the run is not finished,
+though: run again, it goes on from the epoch it stopped after (one schedule over several
+time-limited calls). After the last epoch rank 0 evaluates the best model once on test and writes
+the predictions files and the Table-4 breakdown into the final checkpoint.
 
 ``train`` reads top to bottom: a ``Trainer`` is set up (model, optimizer, fresh or resumed
 state), ``fit`` runs the epochs (``train_epoch``, ``validate``, ``report_epoch``), ``finish``
@@ -260,7 +261,7 @@ class Trainer:
             self.report_epoch(report, metrics)
             if out_of_time and epoch < epochs:
                 self.log(f"train.max_minutes={self.cfg.train.max_minutes:g} reached after epoch {epoch}/{epochs}: "
-                         f"stopping")
+                         f"stopping (run again, it goes on from here)")
                 break
 
     def train_epoch(self, epoch: int, run_started: float) -> tuple[dict, bool]:
@@ -373,7 +374,7 @@ class Trainer:
         best = copy.deepcopy(self.solver)
         best.load_state_dict(self.best_weights)
         with tempfile.TemporaryDirectory(prefix="hlgt-final-") as tmp:
-            self.state["finished"] = True
+            self.state["finished"] = self.state["epoch"] >= self.cfg.train.epochs  # not after a time budget's stop
             self._write_checkpoint(Path(tmp))
             final = {M.EPOCH: self.state["epoch"], M.BEST_EPOCH: self.state["best_epoch"], **self.state["best"]}
             for split in ("valid", "test") if evaluate_test else ("valid",):
