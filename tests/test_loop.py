@@ -388,3 +388,56 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning_naming_the_file(tmp_
     checkpoint.LocalReporter(run).restart(2)
     assert _logged_epochs(run) == [1, 2]
     assert f"{run / 'metrics.jsonl'} line 4 is not a metrics record" in capsys.readouterr().out
+
+
+def _named_plan(names: list):
+    import threading
+    import time
+
+    def plan(i):
+        names.append(threading.current_thread().name)
+        if i == "bad":
+            raise ValueError("a batch that cannot be planned")
+        time.sleep(0.001 * (i % 3))  # uneven, as batches are
+        return i * 10
+    return plan
+
+
+def test_batches_are_planned_inline_on_the_cpu_and_ahead_by_a_thread_on_a_gpu():
+    import threading
+
+    import torch
+
+    names: list = []
+    assert list(step.planned(range(5), _named_plan(names), torch.device("cpu"))) == [0, 10, 20, 30, 40]
+    assert set(names) == {threading.current_thread().name}
+    names.clear()
+    assert list(step.planned(range(40), _named_plan(names), torch.device("cuda"))) == [i * 10 for i in range(40)]
+    assert set(names) == {"hlgt-plan-ahead"}
+    assert not any(t.name == "hlgt-plan-ahead" for t in threading.enumerate())  # done with the epoch
+
+
+def test_a_planning_error_reaches_the_step_and_a_consumer_that_stops_stops_the_thread():
+    import threading
+
+    import torch
+
+    got = []
+    with pytest.raises(ValueError, match="cannot be planned"):
+        for x in step.planned([1, 2, "bad", 4], _named_plan([]), torch.device("cuda")):
+            got.append(x)
+    assert got == [10, 20]
+    source = iter(range(1000))
+    batches = step.planned(source, _named_plan([]), torch.device("cuda"))
+    assert next(batches) == 0
+    batches.close()  # an epoch ended by an error in its step
+    assert not any(t.name == "hlgt-plan-ahead" for t in threading.enumerate())
+    assert next(source) <= step.AHEAD + 2  # planned no further than the batches waiting
+
+
+def test_training_with_batches_planned_ahead_matches_training_inline(shards, tmp_path, monkeypatch):
+    inline = loop.train(tiny(), shards, run_dir=tmp_path / "inline")
+    monkeypatch.setattr(loop, "planned", lambda batches, plan, device: step._ahead(map(plan, batches)))
+    ahead = loop.train(tiny(), shards, run_dir=tmp_path / "ahead")
+    assert [m[M.TRAIN_LOSS] for m in ahead.history] == [m[M.TRAIN_LOSS] for m in inline.history]
+    assert ahead.metrics[M.TEST_VALUE_ACC] == inline.metrics[M.TEST_VALUE_ACC]

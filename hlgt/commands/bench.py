@@ -243,9 +243,10 @@ def _print_speed(run: _Inputs, device: torch.device) -> None:
                  f" ({r['train_syncs_per_step']:g} host syncs per step{': ' + places if places else ''})")
         if r["note"]:
             print(f"[bench] {arm}: timed pass: {r['note']}", flush=True)
+        ahead = ", by a thread ahead of the steps" if device.type == "cuda" else ""
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
               f"mean training loss {r['train_loss']:.4f}, host per batch: collating {r['collate_ms_per_batch']:.1f} ms "
-              f"(not in the timed pass), planning {r['plan_ms_per_batch']:.1f} ms (in it), "
+              f"(not in the timed pass), planning {r['plan_ms_per_batch']:.1f} ms (in it{ahead}), "
               f"decode {r['decode_problems_per_s']:.1f} problems/s{low}, {r['parameters']:,} parameters", flush=True)
     _print_speed_table(results, a.beam_size, a.bf16)
 

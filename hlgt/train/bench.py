@@ -2,11 +2,12 @@
 ``hlgt.commands.bench``, whose docstring says what each mode prints).
 
 ``measure``: training problems/s over a pass of batches (the first a warm-up) and beam-search
-decoding problems/s, as training and evaluation run them (``train.cuda_graphs``: the step as
-training replays it, its shapes learned and captured first; ``train.compile``: every measured
-batch run once before). ``profile_steps``: the aten operators and host synchronisation points per
-training step (``SYNC_OPS``), the CPU BiGRUs' operators apart (on a GPU cuDNN's fused GRU replaces
-them). ``time_steps``: wall time per step against the GPU's kernel time, under torch.profiler.
+decoding problems/s, as training and evaluation run them (on a GPU the batches planned ahead by a
+thread, as training plans them; ``train.cuda_graphs``: the step as training replays it, its shapes
+learned and captured first; ``train.compile``: every measured batch run once before).
+``profile_steps``: the aten operators and host synchronisation points per training step
+(``SYNC_OPS``), the CPU BiGRUs' operators apart (on a GPU cuDNN's fused GRU replaces them).
+``time_steps``: wall time per step against the GPU's kernel time, under torch.profiler.
 ``replay_steps``: one batch's step eager, then captured as a CUDA graph and replayed (GPU only).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hlgt.inference import predict
 from hlgt.model.gru import CPU_GRU
 from hlgt.model.solver import Solver
 from hlgt.train.cuda_graphs import GraphedSteps
-from hlgt.train.step import OPTIMIZER_STEP, EpochStats, make_optimizer, train_step
+from hlgt.train.step import OPTIMIZER_STEP, EpochStats, make_optimizer, planned, train_step
 
 
 def _sync(device: torch.device) -> None:
@@ -103,11 +104,10 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     if steps is not None:
         steps.epoch_note()
     _sync(device)
-    timed, start, syncs, losses = 0, time.perf_counter(), [], []
-    for batch in batches[1:]:
+    timed, start, syncs, losses = sum(map(len, batches[1:])), time.perf_counter(), [], []
+    for batch in planned(batches[1:], plan, device):  # as training plans them
         with _syncs_counted(device, syncs):
-            losses.append(train_step(forward, opt, plan(batch).to(device)))
-        timed += len(batch)
+            losses.append(train_step(forward, opt, batch.to(device)))
     _sync(device)
     train_s = time.perf_counter() - start
     note = steps.epoch_note() if steps is not None else ""

@@ -115,7 +115,9 @@ class GraphedSteps:
         if shape is None or self.failed:
             self.counts["eager"] += 1
             return self.solver(planned)
-        bucket = next(b for b in self.buckets.values() if b.shape == shape)  # Planned.to copies the shape
+        # Planned.to copies the shape. A snapshot of the buckets: the planning thread (``planned``)
+        # may add one meanwhile.
+        bucket = next(b for b in tuple(self.buckets.values()) if b.shape == shape)
         states = self.solver.encoder.recurrence(planned.batch, planned.plan.packing)
         if bucket.graphed is None:
             try:

@@ -47,7 +47,7 @@ from hlgt.model.solver import Solver
 from hlgt.train import cuda_graphs, tracking
 from hlgt.train import evaluate as E
 from hlgt.train.checkpoint import RESULTS_FILE, LocalReporter, fresh_state, publish, read_checkpoint, write_checkpoint
-from hlgt.train.step import EpochStats, epoch_batches, make_optimizer, seed_everything, train_step
+from hlgt.train.step import EpochStats, epoch_batches, make_optimizer, planned, seed_everything, train_step
 
 SPLIT_METRICS = {"valid": (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC), "test": (M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC)}
 
@@ -271,8 +271,8 @@ class Trainer:
         self.model.train()
         stats = EpochStats(self.parts, self.rt.device)
         lr = self.opt.param_groups[0]["lr"]
-        for batch in self.train_batches(epoch):
-            train_step(self.forward, self.opt, self.plan(batch).to(self.rt.device), stats, self.cfg.train.grad_clip,
+        for batch in planned(self.train_batches(epoch), self.plan, self.rt.device):
+            train_step(self.forward, self.opt, batch.to(self.rt.device), stats, self.cfg.train.grad_clip,
                        self.solver.parameters())
         if self.steps is not None:
             self.log(self.steps.epoch_note())
