@@ -12,13 +12,15 @@
 #   probe     the sweep's GPU memory probe: trials per GPU, without and with train.cuda_graphs
 #             (trials_per_gpu.txt)
 #   curves    `gts` and `full` side by side on the whole training split, MINUTES each (curve.log, curve/)
-#   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first (bench*.txt)
+#   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first, SPEED_ARGS
+#             passed to both (bench*.txt)
 #   profile   wall time per training step against the GPU's kernel time, and the operators that take
 #             the most of each (time_steps.txt)
 #   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
 #             without host work (replay.txt)
 #   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and three epochs of `full` and
-#             `gts` trained with and without it at dropout 0, whose losses should agree (graphs_check.txt)
+#             `gts` trained with and without it at dropout 0, whose losses should agree, `full` eagerly
+#             twice: how far two eager runs drift apart on the card (graphs_check.txt)
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
 #             and its step replayed as a CUDA graph (replay_compiled.txt)
 #   schedule  the paper's whole schedule (`python -m hlgt.train`: every training problem, the dataset's
@@ -30,12 +32,13 @@
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
 # BATCH (64, the paper's), BEFORE (a folder holding an older commit's `hlgt` package, made with
-# `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the same
-# card in the same call), PROFILE_STEPS (10), SCHEDULE_ARMS ("full gts": arms sharing a GPU share its
-# time), SCHEDULE_MINUTES (8), EVAL_EVERY (5), GRAPHS (true on a GPU, else false), RUNS (the
-# schedule's run folders, runs/gpu-check: ignored, so a warm machine keeps them between calls), RESUME
-# (false). DEVICE=cpu DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16
-# runs the steps on the CPU in a minute (tests/test_cluster.py).
+# `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the
+# same card in the same call), PROFILE_STEPS (10), SCHEDULE_ARMS ("full gts": arms sharing a GPU
+# share its time), SCHEDULE_MINUTES (8), EVAL_EVERY (5), SPEED_ARGS (none; e.g. "--set
+# train.cuda_graphs=true"), GRAPHS (true on a GPU, else false), RUNS (the schedule's run folders,
+# runs/gpu-check: ignored, so a warm machine keeps them between calls), RESUME (false). DEVICE=cpu
+# DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the steps on the CPU in a minute
+# (tests/test_cluster.py).
 set -u
 OUT=${OUT:-gpu-out}
 DEVICE=${DEVICE:-cuda}
@@ -93,11 +96,11 @@ bench() {  # training and decoding speed of full and gts, with the hlgt package 
 step_speed() {
   if [ -n "${BEFORE:-}" ]; then
     echo "[gpu_check] speed of the code in $BEFORE: full and gts" >&2
-    (cd "$BEFORE" && bench) > "$OUT/bench_before.txt" 2>&1 || status=1
+    (cd "$BEFORE" && bench ${SPEED_ARGS:-}) > "$OUT/bench_before.txt" 2>&1 || status=1
     tail -4 "$OUT/bench_before.txt" >&2
   fi
   echo "[gpu_check] speed: full and gts, same card, same call" >&2
-  bench > "$OUT/bench.txt" 2>&1 || status=1
+  bench ${SPEED_ARGS:-} > "$OUT/bench.txt" 2>&1 || status=1
   tail -4 "$OUT/bench.txt" >&2
 }
 step_profile() {
@@ -120,9 +123,10 @@ step_graphs() {
     bench --set train.cuda_graphs=true > "$OUT/bench_graphs.txt" 2>&1 || status=1
     tail -4 "$OUT/bench_graphs.txt" >&2
     # The training loop itself, each arm with and without the graphs on the same problems: every
-    # epoch's losses should agree up to float rounding.
+    # epoch's losses should agree up to float rounding; `full` twice eagerly (its graph layers sum with
+    # atomic adds) says how far float rounding alone moves them.
     python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device cuda --limit 1920 --val-limit 64 \
-      --epochs 3 --ablation "full,full+train.cuda_graphs=true,gts,gts+train.cuda_graphs=true" --jobs 4 \
+      --epochs 3 --ablation "full,full+train.cuda_graphs=false,full+train.cuda_graphs=true,gts,gts+train.cuda_graphs=true" --jobs 5 \
       --set model.dropout=0 --set "train.batch_size=$BATCH" > "$OUT/graphs_check.txt" 2>&1 || status=1
     grep -E "^\| [0-9]+ \||cuda graphs" "$OUT/graphs_check.txt" >&2
   else
