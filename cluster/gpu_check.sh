@@ -6,7 +6,7 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
-# STEPS (default "probe curves speed profile replay graphs compiled"; `schedule` only when named), run
+# STEPS (default "probe curves speed profile replay recurrence graphs compiled"; `schedule` only when named), run
 # in the order given (the most wanted first: a call cut short keeps the logs of the steps before),
 # each one's log under $OUT:
 #   probe     the sweep's GPU memory probe: trials per GPU, without and with train.cuda_graphs
@@ -18,6 +18,8 @@
 #             the most of each (time_steps.txt)
 #   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
 #             without host work (replay.txt)
+#   recurrence  the encoder's BiGRUs alone over PROFILE_STEPS padded batches: eager, and captured over
+#             each batch's packing or as causal passes over padded lengths (recurrence.txt)
 #   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and three epochs of `full` and
 #             `gts` trained with and without it at dropout 0, whose losses should agree, `full` eagerly
 #             twice: how far two eager runs drift apart on the card (graphs_check.txt)
@@ -48,7 +50,7 @@ MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 PROFILE_STEPS=${PROFILE_STEPS:-10}
-STEPS=${STEPS:-probe curves speed profile replay graphs compiled}
+STEPS=${STEPS:-probe curves speed profile replay recurrence graphs compiled}
 SCHEDULE_ARMS=${SCHEDULE_ARMS:-full gts}
 SCHEDULE_MINUTES=${SCHEDULE_MINUTES:-8}
 EVAL_EVERY=${EVAL_EVERY:-5}
@@ -116,6 +118,15 @@ step_replay() {
     echo "replay skipped: capturing a CUDA graph needs DEVICE=cuda" > "$OUT/replay.txt"
   fi
   grep -E "replayed|capture failed|skipped" "$OUT/replay.txt" >&2
+}
+step_recurrence() {
+  echo "[gpu_check] the BiGRUs alone: eager, captured over each packing, as causal passes ($PROFILE_STEPS batches)" >&2
+  if [ "$DEVICE" = cuda ]; then
+    bench --recurrence "$PROFILE_STEPS" > "$OUT/recurrence.txt" 2>&1 || status=1
+  else
+    echo "recurrence skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/recurrence.txt"
+  fi
+  grep -E "ms per batch|lengths|skipped" "$OUT/recurrence.txt" >&2
 }
 step_graphs() {
   echo "[gpu_check] speed with train.cuda_graphs=true; training with and without it at dropout 0" >&2

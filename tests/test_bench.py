@@ -152,6 +152,48 @@ def test_replay_on_a_gpu_trains_the_captured_step(tmp_path, capsys, monkeypatch)
     assert len(lines) == 2 and all(x.startswith(("[bench] full:", "[bench] gts:")) for x in lines)
 
 
+def test_recurrence_needs_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    with pytest.raises(ValueError, match=r"--recurrence captures CUDA graphs: it needs a GPU \(--device cuda\)"):
+        main(["--dataset", "sample", "--ablation", "gts", "--limit", "48", "--batch-size", "16", "--embedding", "8",
+              "--hidden", "16", "--threads", "1", "--device", "cpu", "--recurrence", "2"])
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("arm", ["full", "gts"])
+def test_the_recurrence_ways_give_the_packed_states_over_padded_and_cut_batches(tmp_path, arm):
+    from hlgt.config import ABLATIONS, Config
+    from hlgt.data.build import ensure_shards
+    from hlgt.data.collate import encode
+    from hlgt.data.shards import load_rows, load_vocab
+    from hlgt.train.bench import _training, recurrence_ways, ways_gap
+
+    cfg = Config.from_flat({"data.dataset": "sample", "data.shards_dir": str(tmp_path), "train.batch_size": 8,
+                            "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
+                            **ABLATIONS[arm]})
+    shards = ensure_shards(cfg)
+    vocab = load_vocab(shards)
+    solver, _, batches = _training(cfg, vocab, encode(load_rows(shards, "train"), vocab), torch.device("cpu"))
+    ways, lengths = recurrence_ways(solver, batches, 3, torch.device("cpu"))
+    assert [len(w) for w in ways.values()] == [3, 3, 3]
+    assert all(own <= padded for own, padded in zip(lengths["own"], lengths["padded"]))
+    assert any(own < padded for own, padded in zip(lengths["own"], lengths["padded"]))  # the shapes have room
+    assert [b.tokens.size(1) for b, _ in ways["causal_own"]] == lengths["own"]
+    assert ways_gap(solver.encoder, ways) < 1e-5 and solver.training
+    with pytest.raises(ValueError, match=r"fit a learned shape: --recurrence 99 needs 99 \(raise --limit\)"):
+        recurrence_ways(solver, batches, 99, torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_recurrence_on_a_gpu_prints_the_four_ways(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    assert main(["--dataset", "sample", "--ablation", "full,gts", "--limit", "48", "--batch-size", "8",
+                 "--embedding", "8", "--hidden", "16", "--device", "cuda", "--recurrence", "2",
+                 "--set", "model.heads=2", "--set", "model.layers=1"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "ms per batch" in x]
+    assert len(lines) == 2 and all("causal over its own longest" in x for x in lines)
+
+
 def test_kernel_profile_counts_no_kernels_on_the_cpu():
     from hlgt.train.bench import kernel_profile
 

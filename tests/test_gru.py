@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from hlgt.model.gru import Packing, _nn_bigru, bigru
+from hlgt.model.gru import Packing, Reversal, _nn_bigru, bigru
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,8 +26,10 @@ def test_outputs_states_and_all_gradients_equal_nn_gru(layers, lengths):
     x = torch.randn(len(lengths), int(lengths.max()) + 1, 3, dtype=torch.double, requires_grad=True)
     w_out, w_h = torch.randn(len(lengths), x.size(1), 4).double(), torch.randn(2 * layers, len(lengths), 4).double()
     # The GPU path (nn.GRU over the packing made ahead, here on the CPU) and a packing made ahead.
+    # The causal passes over the padded batch too.
     planned = (lambda gru, x, lengths: _nn_bigru(gru, x, Packing.of(lengths, x.size(1))),
-               lambda gru, x, lengths: bigru(gru, x, lengths, packing=Packing.of(lengths, x.size(1))))
+               lambda gru, x, lengths: bigru(gru, x, lengths, packing=Packing.of(lengths, x.size(1))),
+               lambda gru, x, lengths: bigru(gru, x, lengths, packing=Reversal.of(lengths, x.size(1))))
     results = []
     for fn in (reference, bigru, *planned):
         gru.zero_grad()
@@ -44,6 +46,21 @@ def test_outputs_states_and_all_gradients_equal_nn_gru(layers, lengths):
             torch.testing.assert_close(a, b)
         for row, n in enumerate(lengths.tolist()):  # padding stays zero
             assert (out[row, n:] == 0).all()
+
+
+def test_the_causal_passes_ignore_what_the_padding_holds():
+    torch.manual_seed(0)
+    gru = nn.GRU(3, 4, num_layers=2, bidirectional=True, batch_first=True).double()
+    lengths = torch.tensor([2, 6, 4])
+    x = torch.randn(3, 9, 3, dtype=torch.double)
+    noisy = x.clone()
+    for row, n in enumerate(lengths.tolist()):
+        noisy[row, n:] = 100 * torch.randn(9 - n, 3, dtype=torch.double)
+    reversal = Reversal.of(lengths, 9)
+    assert reversal.index[0].tolist() == [1, 0, 2, 3, 4, 5, 6, 7, 8]
+    for a, b in zip(bigru(gru, x, lengths, packing=reversal), bigru(gru, noisy, lengths, packing=reversal)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(bigru(gru, x, lengths, packing=reversal)[0], reference(gru, x, lengths)[0])
 
 
 def test_inter_layer_dropout_only_in_training():
@@ -78,3 +95,5 @@ def test_bfloat16_products_stay_close_and_refuse_training():
     assert (out[1, 3:] == 0).all()
     with pytest.raises(ValueError, match="inference"):
         bigru(gru, x, lengths, low_precision=True)
+    with torch.no_grad(), pytest.raises(ValueError, match="not a Reversal"):
+        bigru(gru, x, lengths, low_precision=True, packing=Reversal.of(lengths, 9))

@@ -34,6 +34,13 @@ take the most host and device time; on the CPU, the host time outside the CPU Bi
 graph and replays it N times: the replay's time is the floor a step without host work could
 reach (GPU only); with the GPU kernels per step of each and the kernels that take the most time.
 
+``--recurrence N`` instead times the encoder's BiGRUs alone (forward and backward) over N
+batches padded as ``train.cuda_graphs`` pads them (GPU only): eagerly as a step runs them, over
+each batch's packing; captured over that packing, one graph per batch (the floor of those
+kernels); and as causal passes, one per direction and layer, captured over the shape's padded
+length (one graph would serve every batch of the shape) and over the batch's own longest sequence
+(as token-length buckets would): whether capturing the BiGRUs would pay.
+
 ``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its second epoch:
 the batches' shapes learned from their plans, an untimed pass captures them
 (``hlgt.train.cuda_graphs``).
@@ -55,7 +62,7 @@ from hlgt.config import ABLATIONS, Config, ablation_arms, parse_overrides
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import load_rows, load_vocab, use_shards
 from hlgt.train import cuda_graphs
-from hlgt.train.bench import measure, profile_steps, replay_steps, time_steps
+from hlgt.train.bench import measure, profile_steps, recurrence_steps, replay_steps, time_steps
 
 PROG = "hlgt-bench"
 
@@ -94,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--replay", type=positive_int, default=None, metavar="STEPS",
                       help="one batch's training step run STEPS times eagerly, then captured as a CUDA graph and "
                            "replayed STEPS times: the floor of a step without host work (GPU only); nothing else")
+    mode.add_argument("--recurrence", type=positive_int, default=None, metavar="BATCHES",
+                      help="the BiGRUs alone over BATCHES padded batches: eager, and captured over each packing or "
+                           "as causal passes over padded lengths (GPU only); nothing else")
     return p
 
 
@@ -147,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         _print_replay(run, device)
     elif args.time_steps is not None:
         _print_time_steps(run, device)
+    elif args.recurrence is not None:
+        _print_recurrence(run, device)
     else:
         _print_speed(run, device)
     return 0
@@ -196,6 +208,21 @@ def _print_replay(run: _Inputs, device: torch.device) -> None:
               f"{r['replay_ms_per_step']:.1f} ms ({r['eager_ms_per_step'] / r['replay_ms_per_step']:.1f}x); "
               f"loss at the last eager step {r['eager_loss']:.4f}, at the last replay {r['replay_loss']:.4f}",
               flush=True)
+
+
+def _print_recurrence(run: _Inputs, device: torch.device) -> None:
+    a = run.args
+    print(f"[bench] {a.dataset}: the encoder's BiGRUs alone (forward and backward), {a.recurrence} batches of "
+          f"{a.batch_size} padded as train.cuda_graphs pads them, device {device}", flush=True)
+    for arm in run.arms:
+        r = recurrence_steps(run.arm_cfg(arm), run.rows, run.vocab, device, a.recurrence)
+        print(f"[bench] {arm}: lengths: padded {r['padded_length']:.1f}, own longest {r['own_length']:.1f} on average; "
+              f"causal states differ from packed by at most {r['max_state_difference']:.2e}", flush=True)
+        print(f"[bench] {arm}: ms per batch: eager over the packing {r['eager_ms']:.2f} "
+              f"({r['eager_kernels']:.0f} kernels); replayed: packed {r['packed_replay_ms']:.2f} "
+              f"({r['packed_replay_kernels']:.0f}), causal over the padded length {r['causal_padded_replay_ms']:.2f} "
+              f"({r['causal_padded_replay_kernels']:.0f}), causal over its own longest {r['causal_own_replay_ms']:.2f} "
+              f"({r['causal_own_replay_kernels']:.0f})", flush=True)
 
 
 def _print_time_steps(run: _Inputs, device: torch.device) -> None:

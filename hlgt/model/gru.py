@@ -23,6 +23,12 @@ about a quarter of a training step of the GTS arm went into those fills and adds
 On CUDA, cuDNN's fused GRU is faster than any Python loop: there ``nn.GRU`` itself runs, over
 the same packing (``Packing``, made ahead on the CPU, so that no value is read back in the step).
 
+A packing differs from batch to batch, so cuDNN's launches over it cannot be captured as one CUDA
+graph for many batches. Given a ``Reversal`` instead, each direction of each layer runs as one
+causal pass over the whole padded batch (the reverse one over each sequence reversed within its
+length): the same states on every token, on fixed shapes ``[B, T]`` whatever the lengths
+(``hlgt.train.bench --recurrence`` measures what that costs on a GPU).
+
 ``low_precision=True`` (inference only, CPU): the matrix products take bfloat16 operands, the
 state, gates and sums stay float32. On a CPU with bfloat16 dot-product instructions (AVX512-BF16,
 AMX) the products run about 2x faster; outputs differ from float32 by about 1e-3, so a
@@ -46,17 +52,21 @@ CPU_GRU = "hlgt::cpu_bigru"
 
 
 def bigru(gru: nn.GRU, x: Tensor, lengths: Tensor, low_precision: bool = False,
-          packing: Packing | None = None) -> tuple[Tensor, Tensor]:
+          packing: Packing | Reversal | None = None) -> tuple[Tensor, Tensor]:
     """x [B, T, I], lengths [B] (1..T) -> forward + backward state per token [B, T, H] (zeros on
     padding; GTS sums the two directions), final states h_n [2*layers, B, H].
     ``packing``: ``Packing.of(lengths, T)``, made here when not given (on a GPU that reads the
-    lengths back: a host synchronisation)."""
+    lengths back: a host synchronisation); a ``Reversal`` runs the causal passes instead."""
     if not (gru.bidirectional and gru.batch_first and gru.bias):
         raise ValueError("bigru expects nn.GRU(..., bias=True, batch_first=True, bidirectional=True)")
     if low_precision and torch.is_grad_enabled():
         raise ValueError("bfloat16 products are for inference only: call under torch.no_grad()")
     low = torch.bfloat16 if low_precision and not x.is_cuda else None
     T = x.size(1)
+    if isinstance(packing, Reversal):
+        if low is not None:
+            raise ValueError("bfloat16 products are for the CPU recurrence over a Packing, not a Reversal")
+        return _causal_bigru(gru, x, packing)
     if x.is_cuda:
         return _nn_bigru(gru, x, packing if packing is not None else Packing.of(lengths, T).to(x.device))
     with record_function(CPU_GRU):
@@ -78,6 +88,33 @@ def _nn_bigru(gru: nn.GRU, x: Tensor, packing: Packing) -> tuple[Tensor, Tensor]
     out, h_n = gru(PackedSequence(data, batch_sizes, packing.order, packing.unsort))  # h_n in batch order
     padded = out.data.new_zeros(B * T, 2 * H).index_copy(0, packing.fwd_src, out.data)  # [B*T, 2H]
     return (padded[:, :H] + padded[:, H:]).view(B, T, H), h_n
+
+
+def _causal_bigru(gru: nn.GRU, x: Tensor, reversal: Reversal) -> tuple[Tensor, Tensor]:
+    """``bigru`` as causal passes over the padded batch, one per direction and layer (``nn.GRU``'s
+    own kernels, its weights one direction at a time). A token's state depends only on the tokens
+    before it in its pass, and padding comes after every real token in both passes (the reversal
+    leaves it in place): the real tokens' states are exact whatever the padding holds."""
+    B, T, _ = x.shape
+    H = gru.hidden_size
+    index = reversal.index.unsqueeze(-1)                                      # [B, T, 1]
+    last = (reversal.lengths - 1).view(B, 1, 1).expand(B, 1, H)               # [B, 1, H] each row's last token
+    h0 = x.new_zeros(1, B, H)
+    fwd_in, rev_in = x, x.gather(1, index.expand_as(x))                       # [B, T, I] x 2
+    finals = []
+    for layer in range(gru.num_layers):
+        fwd, rev = (torch._VF.gru(inp, h0, [getattr(gru, f"{name}_l{layer}{sfx}") for name in
+                                            ("weight_ih", "weight_hh", "bias_ih", "bias_hh")],
+                                  True, 1, 0.0, gru.training, False, True)[0]
+                    for inp, sfx in ((fwd_in, ""), (rev_in, "_reverse")))     # [B, T, H] x 2, rev reversed
+        finals += [fwd.gather(1, last), rev.gather(1, last)]                  # [B, 1, H] x 2
+        rev = rev.gather(1, index.expand_as(rev))                             # [B, T, H] in token order
+        if layer + 1 < gru.num_layers:
+            nxt = torch.cat([fwd, rev], -1)                                   # [B, T, 2H]
+            nxt = F.dropout(nxt, gru.dropout, gru.training) if gru.dropout > 0 else nxt
+            fwd_in, rev_in = nxt, nxt.gather(1, index.expand_as(nxt))
+    summed = (fwd + rev) * reversal.mask.unsqueeze(-1)                        # [B, T, H], zeros on padding
+    return summed, torch.cat(finals, 1).transpose(0, 1)                       # [2*layers, B, H]
 
 
 def _cpu_bigru(gru: nn.GRU, x: Tensor, packing: Packing, low: torch.dtype | None) -> tuple[Tensor, Tensor]:
@@ -159,6 +196,26 @@ class Packing:
         return cls(active.sum(1).tolist(), order, unsort, fwd_src, rev_src, rev_of_fwd, pos[rev_src])
 
     def to(self, device: torch.device | str) -> "Packing":
+        return tensors_to(self, device)
+
+
+@dataclass
+class Reversal:
+    """The causal passes' layout of one batch (``bigru``): every row's tokens reversed within its
+    length, padding left in place. Shapes ``[B, T]`` whatever the lengths; made on the CPU
+    (``Reversal.of``) or wherever the lengths are, without reading them back."""
+
+    lengths: Tensor  # [B]
+    index: Tensor    # [B, T] the token at each place of the reversed row: length - 1 - t, or t on padding
+    mask: Tensor     # [B, T] real tokens
+
+    @classmethod
+    def of(cls, lengths: Tensor, T: int) -> "Reversal":
+        t = torch.arange(T, device=lengths.device)
+        mask = t < lengths.unsqueeze(1)                                       # [B, T]
+        return cls(lengths, torch.where(mask, lengths.unsqueeze(1) - 1 - t, t), mask)
+
+    def to(self, device: torch.device | str) -> "Reversal":
         return tensors_to(self, device)
 
 

@@ -9,10 +9,13 @@ learned and captured first; ``train.compile``: every measured batch run once bef
 (``SYNC_OPS``), the CPU BiGRUs' operators apart (on a GPU cuDNN's fused GRU replaces them).
 ``time_steps``: wall time per step against the GPU's kernel time, under torch.profiler.
 ``replay_steps``: one batch's step eager, then captured as a CUDA graph and replayed (GPU only).
+``recurrence_steps``: the encoder's BiGRUs alone, eager over each batch's packing, and captured
+over it or as causal passes over padded lengths (``hlgt.model.gru.Reversal``; GPU only).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 import traceback
@@ -21,13 +24,14 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.inference import predict
-from hlgt.model.gru import CPU_GRU
+from hlgt.model.gru import CPU_GRU, Reversal
 from hlgt.model.solver import Solver
 from hlgt.train.cuda_graphs import GraphedSteps
 from hlgt.train.step import OPTIMIZER_STEP, EpochStats, make_optimizer, planned, train_step
@@ -337,6 +341,111 @@ def replay_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, ste
     return {"eager_ms_per_step": eager_ms, "replay_ms_per_step": replay_ms,
             "eager_loss": float(eager_loss), "replay_loss": float(captured),
             "eager_kernels": eager_kernels, "replay_kernels": replay_kernels}
+
+
+def recurrence_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps: int,
+                     reps: int = 20) -> dict:
+    """The encoder's BiGRUs (the embedding before them, forward and backward) over the first
+    ``steps`` training batches that ``train.cuda_graphs`` pads to a shape, each run four ways:
+    eagerly over its ``Packing``, as a step runs them (cuDNN launches kernels per time step, and
+    the packing differs from batch to batch); the same captured as a CUDA graph for that batch
+    alone and replayed ``reps`` times (those kernels' floor); as causal passes (``Reversal``) over
+    the shape's padded length, replayed (what one graph per shape would run for every batch of it);
+    and the same over the batch's own longest sequence (what token-length buckets would run).
+    -> ms per batch of each, the GPU kernels per batch of each replay, the mean padded and own
+    lengths, and the largest difference between the causal passes' states and the packed ones
+    (dropout off)."""
+    if device.type != "cuda":
+        raise ValueError("--recurrence captures CUDA graphs: it needs a GPU (--device cuda)")
+    solver, _, batches = _training(cfg, vocab, rows, device)
+    encoder, (ways, lengths) = solver.encoder, recurrence_ways(solver, batches, steps, device)
+    gap = ways_gap(encoder, ways)
+    params = [p for name, p in encoder.named_parameters() if name.split(".")[0] in ("embedding", "word_gru", "seq_gru")]
+
+    def recurrence(batch, layout) -> tuple[torch.Tensor, ...]:
+        states = encoder.recurrence(batch, layout)
+        torch.autograd.grad(sum(s.sum() for s in states), params)
+        return states
+
+    for args in ways["packed"]:
+        recurrence(*args)  # warm-up: cuDNN's plans, the allocator
+    _sync(device)
+    start = time.perf_counter()
+    for args in ways["packed"]:
+        recurrence(*args)
+    _sync(device)
+    eager_ms = 1000 * (time.perf_counter() - start) / steps
+    kernels = kernel_profile(lambda: [recurrence(*args) for args in ways["packed"]], 1, device)["per_step"]
+    result = {"eager_ms": eager_ms, "eager_kernels": kernels / steps, "max_state_difference": gap,
+              **{name + "_length": sum(n) / steps for name, n in lengths.items()}}
+    for name, way in ways.items():
+        timed = [_replayed(lambda: recurrence(*args), reps, device) for args in way]
+        result[name + "_replay_ms"] = sum(ms for ms, _ in timed) / steps
+        result[name + "_replay_kernels"] = sum(k for _, k in timed) / steps
+    return result
+
+
+def recurrence_ways(solver: Solver, batches: list, steps: int, device: torch.device) -> tuple[dict, dict]:
+    """The first ``steps`` of ``batches`` that ``train.cuda_graphs`` pads to a shape (the shapes
+    learned from ``batches``), each laid out for the BiGRUs three ways, on ``device``: ``packed``
+    (its ``Packing``), ``causal_padded`` (a ``Reversal`` over the shape's padded length) and
+    ``causal_own`` (its tokens cut to its longest sequence) -> (the ways, each a list of
+    ``(batch, layout)``; the padded and own lengths of the batches)."""
+    graphed = GraphedSteps(solver)
+    graphed.learn(batches)
+    padded = [p for p in map(graphed.plan, batches) if p.plan.shape is not None][:steps]
+    if len(padded) < steps:
+        raise ValueError(f"{len(padded)} batches fit a learned shape: --recurrence {steps} needs {steps} "
+                         "(raise --limit)")
+    lengths = {"padded": [p.batch.tokens.size(1) for p in padded], "own": [int(p.batch.lengths.max()) for p in padded]}
+    ways = {"packed": [(p.batch.to(device), p.plan.packing.to(device)) for p in padded],
+            "causal_padded": [(p.batch.to(device), Reversal.of(p.batch.lengths, n).to(device))
+                              for p, n in zip(padded, lengths["padded"])],
+            "causal_own": [(_tokens_cut(p.batch, n).to(device), Reversal.of(p.batch.lengths, n).to(device))
+                           for p, n in zip(padded, lengths["own"])]}
+    return ways, lengths
+
+
+def ways_gap(encoder: nn.Module, ways: dict) -> float:
+    """The largest difference between the causal ways' BiGRU states and the packed way's, dropout
+    off (the per-token states over the causal way's tokens)."""
+    training = encoder.training
+    encoder.eval()
+    with torch.no_grad():
+        gap = max(float((a[:, : b.size(1)] if a.dim() == 3 else a).sub(b).abs().max())
+                  for name in ("causal_padded", "causal_own") for packed, causal in zip(ways["packed"], ways[name])
+                  for a, b in zip(encoder.recurrence(*packed), encoder.recurrence(*causal)))
+    encoder.train(training)
+    return gap
+
+
+def _tokens_cut(batch, length: int):
+    """``batch`` with its token rows cut to ``length``, at least its longest: every sequence and
+    every node's token kept, so it stays as checked as it was."""
+    cut = dataclasses.replace(batch, tokens=batch.tokens[:, :length].contiguous())
+    cut.checked = batch.checked
+    return cut
+
+
+def _replayed(run, reps: int, device: torch.device) -> tuple[float, float]:
+    """``run()`` captured as a CUDA graph (after two runs on a side stream, as capture wants) and
+    replayed ``reps`` times -> (ms per replay, GPU kernels per replay)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        graph.replay()
+    _sync(device)
+    ms = 1000 * (time.perf_counter() - start) / reps
+    return ms, kernel_profile(graph.replay, 1, device)["per_step"]
 
 
 def kernel_profile(run, steps: int, device: torch.device) -> dict:
