@@ -110,22 +110,23 @@ step_profile() {
   bench --time-steps "$PROFILE_STEPS" > "$OUT/time_steps.txt" 2>&1 || status=1
   grep "ms per step" "$OUT/time_steps.txt" >&2
 }
+captured() {  # NAME FILE BENCH_ARGS...: a bench mode that captures CUDA graphs, skipped without a GPU
+  local name=$1 file=$2
+  shift 2
+  if [ "$DEVICE" = cuda ]; then
+    bench "$@" > "$OUT/$file" 2>&1 || status=1
+  else
+    echo "$name skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/$file"
+  fi
+}
 step_replay() {
   echo "[gpu_check] one batch's step eager and replayed as a CUDA graph ($PROFILE_STEPS steps each)" >&2
-  if [ "$DEVICE" = cuda ]; then
-    bench --replay "$PROFILE_STEPS" > "$OUT/replay.txt" 2>&1 || status=1
-  else
-    echo "replay skipped: capturing a CUDA graph needs DEVICE=cuda" > "$OUT/replay.txt"
-  fi
+  captured replay replay.txt --replay "$PROFILE_STEPS"
   grep -E "replayed|capture failed|skipped" "$OUT/replay.txt" >&2
 }
 step_recurrence() {
   echo "[gpu_check] the BiGRUs alone: eager, captured over each packing, as causal passes ($PROFILE_STEPS batches)" >&2
-  if [ "$DEVICE" = cuda ]; then
-    bench --recurrence "$PROFILE_STEPS" > "$OUT/recurrence.txt" 2>&1 || status=1
-  else
-    echo "recurrence skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/recurrence.txt"
-  fi
+  captured recurrence recurrence.txt --recurrence "$PROFILE_STEPS"
   grep -E "ms per batch|lengths|skipped" "$OUT/recurrence.txt" >&2
 }
 step_graphs() {
