@@ -318,18 +318,11 @@ def replay_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, ste
         _sync(device)
         return 1000 * (time.perf_counter() - start) / steps, loss
 
-    side = torch.cuda.Stream(device)  # warm-up off the default stream, as capture requires
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            step()
-    torch.cuda.current_stream(device).wait_stream(side)
-
     def eager() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         return step()
 
+    _warmed_up(eager, 3, device)
     eager_ms, eager_loss = timed(eager)
     eager_kernels = kernel_profile(eager, steps, device)
     graph = torch.cuda.CUDAGraph()
@@ -430,12 +423,7 @@ def _tokens_cut(batch, length: int):
 def _replayed(run, reps: int, device: torch.device) -> tuple[float, float]:
     """``run()`` captured as a CUDA graph (after two runs on a side stream, as capture wants) and
     replayed ``reps`` times -> (ms per replay, GPU kernels per replay)."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            run()
-    torch.cuda.current_stream(device).wait_stream(side)
+    _warmed_up(run, 2, device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         run()
@@ -446,6 +434,16 @@ def _replayed(run, reps: int, device: torch.device) -> tuple[float, float]:
     _sync(device)
     ms = 1000 * (time.perf_counter() - start) / reps
     return ms, kernel_profile(graph.replay, 1, device)["per_step"]
+
+
+def _warmed_up(run, times: int, device: torch.device) -> None:
+    """``run()`` ``times`` times off the default stream, as a CUDA graph capture wants before it."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
 
 
 def kernel_profile(run, steps: int, device: torch.device) -> dict:
