@@ -6,7 +6,7 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
-# STEPS (default "probe curves speed profile replay recurrence graphs compiled"; `schedule` only when named), run
+# STEPS (default "probe curves speed profile replay recurrence bigrus graphs compiled"; `schedule` only when named), run
 # in the order given (the most wanted first: a call cut short keeps the logs of the steps before),
 # each one's log under $OUT:
 #   probe     the sweep's GPU memory probe: trials per GPU, without and with train.cuda_graphs
@@ -20,14 +20,18 @@
 #             without host work (replay.txt)
 #   recurrence  the encoder's BiGRUs alone over PROFILE_STEPS padded batches: eager, and captured over
 #             each batch's packing or as causal passes over padded lengths (recurrence.txt)
+#   bigrus    the speed with train.cuda_graphs=true, without and with train.capture_bigrus=true (the
+#             BiGRUs replayed too) in the same call (bench_graphs.txt, bench_bigrus.txt)
 #   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and three epochs of `full` and
-#             `gts` trained with and without it at dropout 0, whose losses should agree, `full` eagerly
-#             twice: how far two eager runs drift apart on the card (graphs_check.txt)
+#             `gts` trained eagerly, with it and with train.capture_bigrus too at dropout 0, whose
+#             losses should agree, `full` eagerly twice: how far two eager runs drift apart on the
+#             card (graphs_check.txt)
 #   compiled  the speed with train.compile=true (compiling takes minutes: last) (bench_compiled.txt),
 #             and its step replayed as a CUDA graph (replay_compiled.txt)
 #   schedule  the paper's whole schedule (`python -m hlgt.train`: every training problem, the dataset's
 #             epochs, validation every EVAL_EVERY epochs, the best model tested), SCHEDULE_ARMS side by
-#             side, train.cuda_graphs=GRAPHS, each stopped after the epoch that crosses SCHEDULE_MINUTES
+#             side, train.cuda_graphs=GRAPHS and train.capture_bigrus=BIGRUS, each stopped after the
+#             epoch that crosses SCHEDULE_MINUTES
 #             (schedule_<arm>.log, its results schedule_<arm>.json); RESUME=true goes on with the run
 #             folders of an earlier call on the same warm machine, from their last epochs
 #
@@ -37,7 +41,7 @@
 # `mkdir before && git archive COMMIT hlgt | tar -x -C before`: its speed is timed first, on the
 # same card in the same call), PROFILE_STEPS (10), SCHEDULE_ARMS ("full gts": arms sharing a GPU
 # share its time), SCHEDULE_MINUTES (8), EVAL_EVERY (5), SPEED_ARGS (none; e.g. "--set
-# train.cuda_graphs=true"), GRAPHS (true on a GPU, else false), RUNS (the schedule's run folders,
+# train.cuda_graphs=true"), GRAPHS (true on a GPU, else false), BIGRUS (false), RUNS (the schedule's run folders,
 # runs/gpu-check: ignored, so a warm machine keeps them between calls), RESUME (false). DEVICE=cpu
 # DATASET=sample MINUTES=0.3 LIMIT=64 BATCH=16 runs the steps on the CPU in a minute
 # (tests/test_cluster.py).
@@ -50,11 +54,12 @@ MINUTES=${MINUTES:-6}
 LIMIT=${LIMIT:-3200}
 BATCH=${BATCH:-64}
 PROFILE_STEPS=${PROFILE_STEPS:-10}
-STEPS=${STEPS:-probe curves speed profile replay recurrence graphs compiled}
+STEPS=${STEPS:-probe curves speed profile replay recurrence bigrus graphs compiled}
 SCHEDULE_ARMS=${SCHEDULE_ARMS:-full gts}
 SCHEDULE_MINUTES=${SCHEDULE_MINUTES:-8}
 EVAL_EVERY=${EVAL_EVERY:-5}
 GRAPHS=${GRAPHS:-$([ "$DEVICE" = cuda ] && echo true || echo false)}
+BIGRUS=${BIGRUS:-false}
 RUNS=$(realpath -m "${RUNS:-runs/gpu-check}")  # model folders stay on the machine; logs and results go to $OUT
 RESUME=${RESUME:-false}
 mkdir -p "$OUT"
@@ -129,17 +134,24 @@ step_recurrence() {
   captured recurrence recurrence.txt --recurrence "$PROFILE_STEPS"
   grep -E "ms per batch|lengths|skipped" "$OUT/recurrence.txt" >&2
 }
+step_bigrus() {
+  echo "[gpu_check] speed with train.cuda_graphs=true, without and with the BiGRUs captured" >&2
+  captured bigrus bench_graphs.txt --set train.cuda_graphs=true
+  captured bigrus bench_bigrus.txt --set train.cuda_graphs=true --set train.capture_bigrus=true
+  for f in bench_graphs.txt bench_bigrus.txt; do grep -E "^\[bench\] (full|gts):|skipped" "$OUT/$f" >&2; done
+}
 step_graphs() {
-  echo "[gpu_check] speed with train.cuda_graphs=true; training with and without it at dropout 0" >&2
+  echo "[gpu_check] speed with train.cuda_graphs=true; training eagerly, with it and with the BiGRUs captured too" >&2
   if [ "$DEVICE" = cuda ]; then
     bench --set train.cuda_graphs=true > "$OUT/bench_graphs.txt" 2>&1 || status=1
     tail -4 "$OUT/bench_graphs.txt" >&2
     # The training loop itself, each arm with and without the graphs on the same problems: every
     # epoch's losses should agree up to float rounding; `full` twice eagerly (its graph layers sum with
     # atomic adds) says how far float rounding alone moves them.
+    local runs="full,full+train.cuda_graphs=false,full+train.cuda_graphs=true,gts,gts+train.cuda_graphs=true"
+    runs+=",full+train.cuda_graphs=true+train.capture_bigrus=true,gts+train.cuda_graphs=true+train.capture_bigrus=true"
     python -m hlgt.train.curve --dataset "$DATASET" --shards "$SHARDS" --device cuda --limit 1920 --val-limit 64 \
-      --epochs 3 --ablation "full,full+train.cuda_graphs=false,full+train.cuda_graphs=true,gts,gts+train.cuda_graphs=true" --jobs 5 \
-      --set model.dropout=0 --set "train.batch_size=$BATCH" > "$OUT/graphs_check.txt" 2>&1 || status=1
+      --epochs 3 --jobs 7 --ablation "$runs" --set model.dropout=0 --set "train.batch_size=$BATCH" > "$OUT/graphs_check.txt" 2>&1 || status=1
     grep -E "^\| [0-9]+ \||cuda graphs" "$OUT/graphs_check.txt" >&2
   else
     echo "graphs skipped: capturing CUDA graphs needs DEVICE=cuda" > "$OUT/bench_graphs.txt"
@@ -155,15 +167,16 @@ step_compiled() {
   fi
 }
 step_schedule() {
-  echo "[gpu_check] the whole schedule: $SCHEDULE_ARMS side by side, cuda graphs $GRAPHS, ${SCHEDULE_MINUTES} min each," \
-    "resumed: $RESUME" >&2
+  echo "[gpu_check] the whole schedule: $SCHEDULE_ARMS side by side, cuda graphs $GRAPHS, BiGRUs captured $BIGRUS," \
+    "${SCHEDULE_MINUTES} min each, resumed: $RESUME" >&2
   gpu=(); [ "$DEVICE" = cuda ] && gpu=(--gpu)
   fresh=(--fresh); [ "$RESUME" = true ] && fresh=()  # without --fresh a run goes on from its last checkpoint
   pids=()
   for arm in $SCHEDULE_ARMS; do
     python -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --no-ray "${gpu[@]}" --no-wandb "${fresh[@]}" --ablation "$arm" \
       --name "schedule-$arm" --set "train.out_dir=$RUNS" --set "train.batch_size=$BATCH" \
-      --set "train.cuda_graphs=$GRAPHS" --set "train.eval_every=$EVAL_EVERY" --set "train.max_minutes=$SCHEDULE_MINUTES" \
+      --set "train.cuda_graphs=$GRAPHS" --set "train.capture_bigrus=$BIGRUS" --set "train.eval_every=$EVAL_EVERY" \
+      --set "train.max_minutes=$SCHEDULE_MINUTES" \
       >> "$OUT/schedule_$arm.log" 2>&1 &
     pids+=($!)
   done

@@ -92,6 +92,9 @@ class TrainConfig:
     compile: bool = False  # torch.compile the decoder's tree levels and the HLGT graph layers (Solver.compile_parts)
     # GPU, one process: replay the step after the BiGRUs as CUDA graphs (hlgt.train.cuda_graphs)
     cuda_graphs: bool = False
+    # with cuda_graphs: the BiGRUs replayed too, as causal passes over the padded tokens (batches
+    # bucketed by token length as well as tree depth)
+    capture_bigrus: bool = False
     # word2vec/GloVe text file: the word embedding starts from its vectors (as the paper's 300-d ones)
     word_vectors: str = ""
     out_dir: str = field(default_factory=lambda: storage_path("runs"))
@@ -175,6 +178,7 @@ class Config:
             # bypasses data parallelism's wrapper.
             ("train.cuda_graphs", not t.cuda_graphs or (m.encoder in ("hlgt", "none") and t.workers == 1),
              "runs the hlgt and none encoders only, in one process (train.workers=1)"),
+            ("train.capture_bigrus", not t.capture_bigrus or t.cuda_graphs, "needs train.cuda_graphs=true"),
         ]
         bad = [f"{key}={getattr(getattr(self, key.split('.')[0]), key.split('.')[1])!r} {why}"
                for key, ok, why in rules if not ok]

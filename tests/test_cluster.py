@@ -213,7 +213,7 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path / "out"), DEVICE="cpu", DATASET="sample", MINUTES="0.2", LIMIT="64",
                BATCH="16", SHARDS=str(tmp_path / "shards" / "sample-offline"), BEFORE=str(tmp_path / "before"),
                PROFILE_STEPS="2", SCHEDULE_MINUTES="0.05", RUNS=str(tmp_path / "runs"),
-               STEPS="probe curves speed profile replay recurrence graphs schedule")
+               STEPS="probe curves speed profile replay recurrence bigrus graphs schedule")
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
@@ -225,6 +225,7 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     assert "[bench] gts: " in (tmp_path / "out" / "time_steps.txt").read_text()
     assert "replay skipped" in (tmp_path / "out" / "replay.txt").read_text()  # a CUDA graph needs a GPU
     assert "recurrence skipped" in (tmp_path / "out" / "recurrence.txt").read_text()
+    assert "bigrus skipped" in (tmp_path / "out" / "bench_bigrus.txt").read_text()
     assert "graphs skipped" in (tmp_path / "out" / "bench_graphs.txt").read_text()
     assert not (tmp_path / "out" / "bench_compiled.txt").exists()  # a step not asked for does not run
     for arm in ("full", "gts"):  # stopped by its time budget after epoch 1, its best model tested
@@ -245,7 +246,7 @@ def test_the_gpu_check_script_runs_the_steps_in_the_order_given_and_names_an_unk
                           text=True, timeout=120)
     assert done.returncode == 1
     lines = done.stderr.splitlines()
-    assert ("[gpu_check] no step named nope; the steps: compiled curves graphs probe profile recurrence replay "
+    assert ("[gpu_check] no step named nope; the steps: bigrus compiled curves graphs probe profile recurrence replay "
             "schedule speed" in lines)
     order = [i for i, line in enumerate(lines) if "one batch's step eager" in line or "no step named" in line
              or "speed with train.cuda_graphs" in line]

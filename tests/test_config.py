@@ -62,6 +62,7 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     ({"train.epochs": 0}, "train.epochs"), ({"model.beam_size": 0}, "model.beam_size"),
     ({"train.cuda_graphs": True, "train.workers": 2}, "train.cuda_graphs=True runs .* in one process"),
     ({"train.cuda_graphs": True, "model.encoder": "hgt"}, "train.cuda_graphs=True runs the hlgt and none encoders"),
+    ({"train.capture_bigrus": True}, "train.capture_bigrus=True needs train.cuda_graphs=true"),
     ({"train.lr": float("nan")}, "train.lr=nan must be a finite number > 0"), ({"train.lr": "inf"}, "train.lr=inf"),
     ({"train.lr": 0}, "train.lr=0.0"), ({"train.lr": -1e-3}, "train.lr=-0.001"),
     ({"train.lr_gamma": 0}, "train.lr_gamma=0.0"), ({"train.lr_gamma": "nan"}, "train.lr_gamma=nan"),

@@ -14,9 +14,10 @@ from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.data.collate import iter_batches
 from hlgt.data.shards import load_rows, load_vocab
+from hlgt.model.gru import Packing, Reversal
 from hlgt.model.solver import Solver
 from hlgt.train import loop
-from hlgt.train.cuda_graphs import GraphedSteps, _AfterRecurrence, _graph_inputs
+from hlgt.train.cuda_graphs import TOKENS, GraphedSteps, _Captured, _graph_inputs
 
 TINY = {"data.dataset": "sample", "train.epochs": 2, "train.lr_step": 1, "train.batch_size": 8,
         "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
@@ -60,6 +61,27 @@ def test_shapes_learned_from_the_first_epochs_plans_pad_it_and_later_ones(shards
     assert all(p.plan.shape is None for p in second if len(p) < 8)  # the short last batch stays eager
 
 
+def test_with_the_bigrus_batches_are_bucketed_by_their_longest_text_too(shards):
+    solver, vocab, rows = _solver_and_rows(shards)
+    batches = list(iter_batches(rows, vocab, 8, shuffle=True, seed=1))
+    by_depth, steps = GraphedSteps(solver), GraphedSteps(solver, bigrus=True)
+    by_depth.learn(batches)
+    steps.learn(batches)
+    assert all(t is None for _, t in by_depth.buckets) and all(t in TOKENS for _, t in steps.buckets)
+    assert {d for d, _ in steps.buckets} == {d for d, _ in by_depth.buckets}
+    for (_, bound), bucket in steps.buckets.items():  # padded to the bound, not a quarter past the longest
+        assert bucket.shape.tokens == bound and bucket.seen.tokens <= bound
+    for batch in batches:
+        planned, packed = steps.plan(batch), by_depth.plan(batch)
+        if planned.plan.shape is None:
+            assert len(batch) < 8
+            continue
+        assert isinstance(planned.plan.packing, Reversal) and isinstance(packed.plan.packing, Packing)
+        assert planned.batch.tokens.size(1) == planned.plan.shape.tokens == planned.plan.packing.index.size(1)
+        assert _graph_inputs(planned)[-3:] == [planned.plan.packing.lengths, planned.plan.packing.index,
+                                               planned.plan.packing.mask]
+
+
 def test_a_shape_its_batches_outgrew_grows_at_the_epochs_end(shards):
     solver, vocab, rows = _solver_and_rows(shards)
     steps = GraphedSteps(solver)
@@ -72,17 +94,22 @@ def test_a_shape_its_batches_outgrew_grows_at_the_epochs_end(shards):
     assert "grown" not in steps.epoch_note()  # nothing outgrew it since
 
 
+@pytest.mark.parametrize("bigrus", [False, True])
 @pytest.mark.parametrize("arm", ["full", "gts"])
-def test_the_captured_module_computes_the_solvers_losses(shards, arm):
+def test_the_captured_module_computes_the_solvers_losses(shards, arm, bigrus):
+    # With the BiGRUs captured, from the batch's tensors alone: causal passes over a padded batch
+    # give the losses of the batch packed as it is.
     solver, vocab, rows = _solver_and_rows(shards, **{k: v for k, v in C.ABLATIONS[arm].items()})
     batch = next(iter(iter_batches(rows, vocab, 8)))
-    shape = solver.shape_of(solver.plan(batch))
-    padded = solver.plan(batch, shape)
-    states = solver.encoder.recurrence(padded.batch, padded.plan.packing)
-    module = _AfterRecurrence(solver, padded, len(states))
+    own = solver.plan(batch)
+    shape = dataclasses.replace(solver.shape_of(own), tokens=batch.tokens.size(1) + 5)
+    padded = solver.plan(batch, shape, causal=bigrus)
+    states = () if bigrus else solver.encoder.recurrence(padded.batch, padded.plan.packing)
+    module = _Captured(solver, padded, len(states))
     outs = module(*states, *_graph_inputs(padded))
-    want = solver.after_recurrence(padded, states)
-    assert [o.item() for o in outs[:3]] == pytest.approx([want[k].item() for k in ("loss", "tree_loss", "com_loss")])
+    want = solver(own)
+    assert [o.item() for o in outs[:3]] == pytest.approx([want[k].item() for k in ("loss", "tree_loss", "com_loss")],
+                                                         rel=1e-5)
     assert module.scale_names == list(want["scales"])
 
 
@@ -115,9 +142,10 @@ class _HostData(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("bigrus", [False, True])
 @pytest.mark.parametrize("arm", [a for a, o in C.ABLATIONS.items()
                                  if o.get("model.encoder", "hlgt") in ("hlgt", "none")])
-def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
+def test_the_captured_part_asks_nothing_of_the_host(shards, arm, bigrus):
     # What a capture forbids, or bakes in as the capture's values, a CPU can find on the meta
     # device, whose tensors have shapes but no values: reading a value back (.item(), nonzero,
     # a boolean mask) raises there, and a tensor made on the host (torch.tensor(list), a 0-dim CPU
@@ -126,12 +154,12 @@ def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
     solver, vocab, rows = _solver_and_rows(shards, **C.ABLATIONS[arm], **{"model.dropout": 0.5})
     variant = Config.from_flat({**TINY, **C.ABLATIONS[arm]}).data.graph
     batch = next(iter(iter_batches(rows, vocab, 8, variant=variant)))
-    padded = solver.plan(batch, solver.shape_of(solver.plan(batch)))
-    states = solver.encoder.recurrence(padded.batch, padded.plan.packing)
+    padded = solver.plan(batch, solver.shape_of(solver.plan(batch)), causal=bigrus)
+    states = () if bigrus else solver.encoder.recurrence(padded.batch, padded.plan.packing)
     meta = torch.device("meta")
     on_meta, batch_meta = copy.deepcopy(solver).to(meta), padded.to(meta)
     states_meta = [s.detach().to(meta).requires_grad_(s.requires_grad) for s in states]
-    module = _AfterRecurrence(on_meta, batch_meta, len(states_meta))
+    module = _Captured(on_meta, batch_meta, len(states_meta))
     host: list[str] = []
     with _HostData(host), _HostTensors(host):
         outs = module(*states_meta, *_graph_inputs(batch_meta))
@@ -140,16 +168,17 @@ def test_the_captured_part_asks_nothing_of_the_host(shards, arm):
     assert outs[0].device == meta and any(p.grad is not None for p in on_meta.decoder.parameters())
 
 
+@pytest.mark.parametrize("bigrus", [False, True])
 @pytest.mark.parametrize("arm", ["full", "gts"])
 @pytest.mark.usefixtures("stand_in_graphs")
-def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, arm):
+def test_replayed_steps_feed_the_same_gradients_as_eager_ones(shards, arm, bigrus):
     # The captured part's inputs, outputs and gradients (to the BiGRUs' states and every
     # parameter) wired as make_graphed_callables wires them: training matches eager step by step.
     losses = {}
     for graphs in (False, True):
         solver, vocab, rows = _solver_and_rows(shards, **C.ABLATIONS[arm])
         opt = torch.optim.Adam(solver.parameters(), lr=1e-3)
-        steps = GraphedSteps(solver)
+        steps = GraphedSteps(solver, bigrus)
         batches = list(iter_batches(rows, vocab, 8))
         if graphs:
             steps.learn(batches)
@@ -224,12 +253,14 @@ def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards):
     assert r["train_loss"] > 0
 
 
+@pytest.mark.parametrize("bigrus", [False, True])
 @pytest.mark.usefixtures("stand_in_graphs")
-def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path):
+def test_training_with_replayed_steps_matches_eager_training(shards, tmp_path, bigrus):
     # The whole loop (plan, move, replay, backward, Adam, epoch logs) with the graphs stood in.
     losses, logs = {}, []
     for graphs in (False, True):
-        cfg = Config.from_flat({**TINY, "train.epochs": 3, "train.cuda_graphs": graphs})
+        cfg = Config.from_flat({**TINY, "train.epochs": 3, "train.cuda_graphs": graphs,
+                                "train.capture_bigrus": graphs and bigrus})
         result = loop.train(cfg, shards, run_dir=tmp_path / f"run-{graphs}", runtime=loop.Runtime(log=logs.append))
         losses[graphs] = [m[M.TRAIN_LOSS] for m in result.history]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)

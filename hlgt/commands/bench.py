@@ -35,15 +35,15 @@ graph and replays it N times: the replay's time is the floor a step without host
 reach (GPU only); with the GPU kernels per step of each and the kernels that take the most time.
 
 ``--recurrence N`` instead times the encoder's BiGRUs alone (forward and backward) over N
-batches padded as ``train.cuda_graphs`` pads them (GPU only): eagerly as a step runs them, over
+batches padded as ``train.capture_bigrus`` pads them (GPU only): eagerly as a step runs them, over
 each batch's packing; captured over that packing, one graph per batch (the floor of those
 kernels); and as causal passes, one per direction and layer, captured over the shape's padded
-length (one graph would serve every batch of the shape) and over the batch's own longest sequence
-(as token-length buckets would): whether capturing the BiGRUs would pay.
+length (as ``train.capture_bigrus`` replays them for every batch of the shape) and over the
+batch's own longest sequence (the floor of finer buckets): whether capturing the BiGRUs pays.
 
 ``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its second epoch:
 the batches' shapes learned from their plans, an untimed pass captures them
-(``hlgt.train.cuda_graphs``).
+(``hlgt.train.cuda_graphs``); with ``--set train.capture_bigrus=true`` too, from the embedding on.
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -213,7 +213,7 @@ def _print_replay(run: _Inputs, device: torch.device) -> None:
 def _print_recurrence(run: _Inputs, device: torch.device) -> None:
     a = run.args
     print(f"[bench] {a.dataset}: the encoder's BiGRUs alone (forward and backward), {a.recurrence} batches of "
-          f"{a.batch_size} padded as train.cuda_graphs pads them, device {device}", flush=True)
+          f"{a.batch_size} padded as train.capture_bigrus pads them, device {device}", flush=True)
     for arm in run.arms:
         r = recurrence_steps(run.arm_cfg(arm), run.rows, run.vocab, device, a.recurrence)
         print(f"[bench] {arm}: lengths: padded {r['padded_length']:.1f}, own longest {r['own_length']:.1f} on average; "

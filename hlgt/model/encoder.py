@@ -50,7 +50,7 @@ from torch_geometric.utils import softmax
 from hlgt.config import ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
-from hlgt.model.gru import Packing, bigru
+from hlgt.model.gru import Packing, Reversal, bigru
 from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv
 
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
@@ -127,11 +127,11 @@ class Encoder(nn.Module):
         return self.after_recurrence(batch, self.recurrence(batch, low_precision=low_precision),
                                      return_attention=return_attention)
 
-    def recurrence(self, batch: Batch, packing: Packing | None = None, low_precision: bool = False) -> tuple[Tensor,
-                                                                                                             ...]:
+    def recurrence(self, batch: Batch, packing: Packing | Reversal | None = None,
+                   low_precision: bool = False) -> tuple[Tensor, ...]:
         """The BiGRUs, which run over each batch's own lengths: (h_b [B, T, H], problem [B, H]),
         and h_seq [B, T, H] for the graph arms. ``packing``: the lengths packed beforehand
-        (``Solver.plan``), else here."""
+        (``Solver.plan``), else here; a ``Reversal``: causal passes over the padded tokens."""
         if not batch.checked:  # a batch from collate was checked there, on the CPU: no host sync here
             batch.check()
         tokens, lengths = batch.tokens, batch.lengths

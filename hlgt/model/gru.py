@@ -26,8 +26,9 @@ the same packing (``Packing``, made ahead on the CPU, so that no value is read b
 A packing differs from batch to batch, so cuDNN's launches over it cannot be captured as one CUDA
 graph for many batches. Given a ``Reversal`` instead, each direction of each layer runs as one
 causal pass over the whole padded batch (the reverse one over each sequence reversed within its
-length): the same states on every token, on fixed shapes ``[B, T]`` whatever the lengths
-(``hlgt.train.bench --recurrence`` measures what that costs on a GPU).
+length): the same states on every token, on fixed shapes ``[B, T]`` whatever the lengths, so a
+step captured with them serves every batch padded alike (``train.capture_bigrus``; ``hlgt.train.bench
+--recurrence`` measures what the passes cost on a GPU).
 
 ``low_precision=True`` (inference only, CPU): the matrix products take bfloat16 operands, the
 state, gates and sums stay float32. On a CPU with bfloat16 dot-product instructions (AVX512-BF16,

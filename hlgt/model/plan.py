@@ -2,10 +2,11 @@
 
 ``Solver.plan`` makes it on the CPU, where the batch is collated, before the batch moves to a
 GPU: the gold trees laid out for the decoder (``TreeLayout``), the graph laid out for the HLGT
-layers (``GraphLayout``) and the lengths packed for the BiGRUs (``Packing``). Making each reads
-sizes back, which on a GPU would make every step wait. With a ``Shape`` the batch and its plan are
-padded to fixed sizes, so that every batch padded alike runs the same operators on the same shapes
-(what a step captured as a CUDA graph needs). A ``Planned`` batch is the batch and its plan, moved
+layers (``GraphLayout``) and the lengths packed for the BiGRUs (``Packing``; for a step that
+captures the BiGRUs too, their causal passes' layout, ``Reversal``). Making each reads sizes back,
+which on a GPU would make every step wait. With a ``Shape`` the batch and its plan are padded to
+fixed sizes, so that every batch padded alike runs the same operators on the same shapes (what a
+step captured as a CUDA graph needs). A ``Planned`` batch is the batch and its plan, moved
 to a device together.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from hlgt.data.collate import Batch
-from hlgt.model.gru import Packing
+from hlgt.model.gru import Packing, Reversal
 from hlgt.model.hlgt_conv import GraphLayout
 from hlgt.model.tree_layout import TreeLayout, TreeSizes
 from hlgt.tensors import tensors_to
@@ -69,7 +70,7 @@ class Shape:
 class BatchPlan:
     trees: TreeLayout  # the gold trees laid out for the decoder
     graph: GraphLayout | None  # the HLGT layers' graph layout (None for the other arms)
-    packing: Packing  # the lengths packed for the BiGRUs
+    packing: Packing | Reversal  # the lengths packed for the BiGRUs, or laid out for causal passes
     shape: Shape | None = None  # the fixed sizes the batch and its plan were padded to, if any
 
 

@@ -40,7 +40,7 @@ from hlgt.data.collate import Batch
 from hlgt.data.vocab import Vocab
 from hlgt.model.comparison import Comparison
 from hlgt.model.encoder import Encoder
-from hlgt.model.gru import Packing
+from hlgt.model.gru import Packing, Reversal
 from hlgt.model.plan import BatchPlan, Planned, Shape
 from hlgt.model.tree_decoder import TreeDecoder
 from hlgt.model.tree_layout import tree_layout
@@ -120,7 +120,7 @@ class Solver(nn.Module):
         if self.cfg.encoder == "hlgt":
             compile_methods(self.encoder.graph, ("forward",))
 
-    def plan(self, batch: Batch | Planned, shape: Shape | None = None) -> Planned:
+    def plan(self, batch: Batch | Planned, shape: Shape | None = None, causal: bool = False) -> Planned:
         """The batch and the model's plan of it (``hlgt.model.plan``), made here, where the batch is,
         before it moves to a GPU: the layouts and the targets' checks read values back, which on a
         GPU would make every training step wait.
@@ -129,7 +129,9 @@ class Solver(nn.Module):
         that a training step after the BiGRUs runs the same operators on the same shapes for every
         batch padded alike (what a step captured as a CUDA graph needs), with the same losses and
         gradients as the unpadded batch. A batch planned already (without a shape) is padded, its
-        tree layout padded rather than made again."""
+        tree layout padded rather than made again. ``causal`` (with a shape): the BiGRUs laid out
+        as causal passes over the padded tokens (``Reversal``) instead of packed, so that they too
+        run on the shape's sizes whatever the lengths."""
         if isinstance(batch, Planned):
             batch, trees = batch.batch, batch.plan.trees
         else:
@@ -143,8 +145,8 @@ class Solver(nn.Module):
         padded = batch.padded(shape.tokens, shape.quantities, shape.targets, shape.nodes, shape.edges,
                               shape.line_edges)
         trees = trees.padded(shape.tree, self.decoder.n_ops, (batch.target.size(1), shape.targets))
-        return Planned(padded, BatchPlan(trees, self.encoder.graph_layout(padded, shape.groups),
-                                         Packing.of(padded.lengths, padded.tokens.size(1)), shape))
+        lengths = (Reversal if causal else Packing).of(padded.lengths, shape.tokens)
+        return Planned(padded, BatchPlan(trees, self.encoder.graph_layout(padded, shape.groups), lengths, shape))
 
     def shape_of(self, planned: Planned) -> Shape:
         """The ``Shape`` of a batch planned without one, with a padding node, edge and line edge

@@ -206,7 +206,7 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
     train_step(solver, opt, solver.plan(collate(longest, vocab, variant=cfg.data.graph)).to(device))
     if not cfg.train.cuda_graphs:
         return 0
-    steps = GraphedSteps(solver)
+    steps = GraphedSteps(solver, cfg.train.capture_bigrus)
     batches = list(epoch_batches(encode(rows, vocab), vocab, cfg, epoch=1))
     steps.learn(batches)
     captured = set()

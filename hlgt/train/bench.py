@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 from hlgt.config import Config
 from hlgt.data.collate import encode, iter_batches
 from hlgt.inference import predict
-from hlgt.model.gru import CPU_GRU, Reversal
+from hlgt.model.gru import CPU_GRU, Packing, Reversal
 from hlgt.model.solver import Solver
 from hlgt.train.cuda_graphs import GraphedSteps
 from hlgt.train.step import OPTIMIZER_STEP, EpochStats, make_optimizer, planned, train_step
@@ -97,7 +97,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     encoded = encode(rows, vocab)  # as training does, once
     solver, opt, batches = _training(cfg, vocab, encoded, device)
     collate_ms = _collate_ms(cfg, vocab, encoded)
-    steps = GraphedSteps(solver) if cfg.train.cuda_graphs else None
+    steps = GraphedSteps(solver, cfg.train.capture_bigrus) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
     # Untimed: _warm_up's batches; with CUDA graphs, as training does, the shapes learned from
     # the batches, then a pass that captures them.
@@ -339,12 +339,12 @@ def replay_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, ste
 def recurrence_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps: int,
                      reps: int = 20) -> dict:
     """The encoder's BiGRUs (the embedding before them, forward and backward) over the first
-    ``steps`` training batches that ``train.cuda_graphs`` pads to a shape, each run four ways:
+    ``steps`` training batches that ``train.capture_bigrus`` pads to a shape, each run four ways:
     eagerly over its ``Packing``, as a step runs them (cuDNN launches kernels per time step, and
     the packing differs from batch to batch); the same captured as a CUDA graph for that batch
     alone and replayed ``reps`` times (those kernels' floor); as causal passes (``Reversal``) over
-    the shape's padded length, replayed (what one graph per shape would run for every batch of it);
-    and the same over the batch's own longest sequence (what token-length buckets would run).
+    the shape's padded length, replayed (what ``train.capture_bigrus`` replays for every batch of
+    the shape); and the same over the batch's own longest sequence (the floor of finer buckets).
     -> ms per batch of each, the GPU kernels per batch of each replay, the mean padded and own
     lengths, and the largest difference between the causal passes' states and the packed ones
     (dropout off)."""
@@ -379,21 +379,21 @@ def recurrence_steps(cfg: Config, rows: list[dict], vocab, device: torch.device,
 
 
 def recurrence_ways(solver: Solver, batches: list, steps: int, device: torch.device) -> tuple[dict, dict]:
-    """The first ``steps`` of ``batches`` that ``train.cuda_graphs`` pads to a shape (the shapes
+    """The first ``steps`` of ``batches`` that ``train.capture_bigrus`` pads to a shape (the shapes
     learned from ``batches``), each laid out for the BiGRUs three ways, on ``device``: ``packed``
-    (its ``Packing``), ``causal_padded`` (a ``Reversal`` over the shape's padded length) and
-    ``causal_own`` (its tokens cut to its longest sequence) -> (the ways, each a list of
-    ``(batch, layout)``; the padded and own lengths of the batches)."""
-    graphed = GraphedSteps(solver)
+    (its ``Packing``), ``causal_padded`` (the ``Reversal`` over the shape's padded length that the
+    capture runs) and ``causal_own`` (its tokens cut to its longest sequence) -> (the ways, each a
+    list of ``(batch, layout)``; the padded and own lengths of the batches)."""
+    graphed = GraphedSteps(solver, bigrus=True)
     graphed.learn(batches)
     padded = [p for p in map(graphed.plan, batches) if p.plan.shape is not None][:steps]
     if len(padded) < steps:
         raise ValueError(f"{len(padded)} batches fit a learned shape: --recurrence {steps} needs {steps} "
                          "(raise --limit)")
     lengths = {"padded": [p.batch.tokens.size(1) for p in padded], "own": [int(p.batch.lengths.max()) for p in padded]}
-    ways = {"packed": [(p.batch.to(device), p.plan.packing.to(device)) for p in padded],
-            "causal_padded": [(p.batch.to(device), Reversal.of(p.batch.lengths, n).to(device))
-                              for p, n in zip(padded, lengths["padded"])],
+    ways = {"packed": [(p.batch.to(device), Packing.of(p.batch.lengths, n).to(device))
+                       for p, n in zip(padded, lengths["padded"])],
+            "causal_padded": [(p.batch.to(device), p.plan.packing.to(device)) for p in padded],
             "causal_own": [(_tokens_cut(p.batch, n).to(device), Reversal.of(p.batch.lengths, n).to(device))
                            for p, n in zip(padded, lengths["own"])]}
     return ways, lengths

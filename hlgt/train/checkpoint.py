@@ -70,7 +70,7 @@ def read_checkpoint(directory: str | Path) -> dict:
 # change them (another machine, more workers, a time budget, W&B off).
 PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb", "train.wandb_project",
                             "train.workers", "train.threads", "train.use_gpu", "train.compile", "train.cuda_graphs",
-                            "train.max_minutes", "model.bf16_inference"})
+                            "train.capture_bigrus", "train.max_minutes", "model.bf16_inference"})
 
 
 def changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:

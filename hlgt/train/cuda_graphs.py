@@ -1,16 +1,21 @@
-"""Training steps whose part after the BiGRUs is captured as CUDA graphs (``train.cuda_graphs``).
+"""Training steps whose part after the BiGRUs, or whole forward and backward, is captured as CUDA
+graphs (``train.cuda_graphs``, ``train.capture_bigrus``).
 
 On a GPU a training step is thousands of small operators, each launched by the host one after
 another: the host, not the GPU, sets the pace (``bench --replay`` measures how much). Batches
 padded to one ``Shape`` (``Solver.plan(batch, shape)``, ``hlgt.model.plan``) run the same operators on the same shapes
 after the encoder's BiGRUs, so that part, forward and backward, is captured once
 (``torch.cuda.make_graphed_callables``) and replayed for every batch of the shape. The embedding
-and the BiGRUs, which run over each batch's own lengths, stay eager (cuDNN: a few launches each),
-as do the gradient bookkeeping and Adam.
+and the BiGRUs, which run over each batch's own lengths (cuDNN, over a packing that differs from
+batch to batch), stay eager, as do the gradient bookkeeping and Adam. With ``bigrus`` the BiGRUs
+run as causal passes over the shape's padded tokens instead (``hlgt.model.gru.Reversal``: the same
+states), so the whole forward and backward from the embedding on is captured; batches are then
+bucketed by their longest text too (``TOKENS``), so that the passes run few steps past it.
 
-The shapes are learned, not configured, one per bucket of tree depths (``DEPTHS``): before the
-first epoch, its batches are planned (no step runs) and each bucket gets a shape covering the sizes
-of its full batches (``Solver.shape_of``) with room (``Shape.rounded``: ``learn``). A batch that
+The shapes are learned, not configured, one per bucket of tree depths (``DEPTHS``, and with
+``bigrus`` token lengths): before the first epoch, its batches are planned (no step runs) and each
+bucket gets a shape covering the sizes of its full batches (``Solver.shape_of``) with room
+(``Shape.rounded``; with ``bigrus`` the tokens are the bucket's bound: ``learn``). A batch that
 fits its bucket's shape is padded to it and replayed; one that does not (a larger batch of another
 shuffle, the short last batch, a tree deeper than the buckets) runs eagerly, and its bucket's shape
 grows at the epoch's end and is captured anew. A capture that fails (the step does something a
@@ -27,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from hlgt.data.collate import Batch
+from hlgt.model.gru import Reversal
 from hlgt.model.plan import Planned, Shape
 from hlgt.model.solver import Solver
 from hlgt.tensors import tensors_of, with_tensors
@@ -37,20 +43,25 @@ def require_gpu(device: torch.device) -> None:
         raise ValueError("train.cuda_graphs captures CUDA graphs: it needs a GPU (--gpu)")
 
 
-class _AfterRecurrence(nn.Module):
-    """``Solver.after_recurrence`` as a function of tensors only, as graph capture wants: the
-    BiGRU states, then the tensors of a planned batch laid out as ``template`` (its packing left
-    out: the BiGRUs read it, not this part). Returns the losses, then the activation scales."""
+class _Captured(nn.Module):
+    """The captured part of a training step as a function of tensors only, as graph capture wants:
+    ``Solver.after_recurrence`` of the BiGRU states, then the tensors of a planned batch laid out
+    as ``template`` (its packing left out: the BiGRUs read it, not this part); with no states (a
+    ``Reversal`` in the plan: ``bigrus``), ``Solver.forward`` of the batch's tensors alone.
+    Returns the losses, then the activation scales."""
 
     def __init__(self, solver: Solver, template: Planned, n_states: int):
         super().__init__()
         self.solver, self.n_states = solver, n_states
-        self.template = _without_packing(template)
+        self.template = _without_packing(template) if n_states else template
         self.scale_names: list[str] = []
 
     def forward(self, *args: Tensor) -> tuple[Tensor, ...]:
         states, tensors = args[: self.n_states], iter(args[self.n_states:])
-        out = self.solver.after_recurrence(with_tensors(self.template, tensors), states)
+        planned = with_tensors(self.template, tensors)
+        # Rebuilt, the batch counts as unchecked; it was checked when collated (no host sync here).
+        planned.batch.checked = self.template.batch.checked
+        out = self.solver.after_recurrence(planned, states) if states else self.solver(planned)
         self.scale_names = list(out["scales"])
         return (out["loss"], out["tree_loss"], out["com_loss"], *out["scales"].values())
 
@@ -60,13 +71,18 @@ def _without_packing(planned: Planned) -> Planned:
 
 
 def _graph_inputs(planned: Planned) -> list[Tensor]:
-    return tensors_of(_without_packing(planned))
+    """The tensors a captured step reads: a ``Reversal``'s are of the shape's sizes, a packing's not."""
+    return tensors_of(planned if isinstance(planned.plan.packing, Reversal) else _without_packing(planned))
 
 
 # Gold trees of a batch are as deep as its deepest problem's, from 4 to 21 levels on Math23K; a
 # shape for the deepest would run the decoder's loop 3-4 times longer than most batches need, so
 # batches get one shape (and one captured graph) per depth bucket. Deeper trees run eagerly.
 DEPTHS = (5, 6, 8, 12, 16, 24, 32, 48)
+# With the BiGRUs captured, the causal passes run over every padded token: a shape per depth alone
+# would pad Math23K's batches to 136-144 tokens where their longest texts have 61 on average;
+# buckets of these longest lengths pad them to 69.
+TOKENS = (48, 64, 80, 96, 128, 192, 256, 512)
 
 
 @dataclass
@@ -78,12 +94,13 @@ class _Bucket:
 
 class GraphedSteps:
     """``plan`` and ``forward`` for the training loop, replaying the captured part of the step
-    for batches that fit their depth bucket's learned shape (module docstring)."""
+    for batches that fit their bucket's learned shape; ``bigrus``: from the embedding on (module
+    docstring)."""
 
-    def __init__(self, solver: Solver):
-        self.solver = solver
+    def __init__(self, solver: Solver, bigrus: bool = False):
+        self.solver, self.bigrus = solver, bigrus
         self.problems: int | None = None  # a full batch's size: the first batch's
-        self.buckets: dict[int, _Bucket] = {}
+        self.buckets: dict[tuple[int, int | None], _Bucket] = {}  # by (depth bound, token bound with bigrus)
         self.counts = {"replayed": 0, "eager": 0}
         self.failed: str | None = None  # why a capture failed: every later step runs eagerly
 
@@ -92,21 +109,27 @@ class GraphedSteps:
         pads and replays from its first batch. Says how many shapes it learned."""
         for batch in batches:
             self.plan(batch)
-        return f"cuda graphs: {self._grow()} shapes learned for the batches' depths"
+        lengths = " and longest texts" if self.bigrus else ""
+        return f"cuda graphs: {self._grow()} shapes learned for the batches' depths{lengths}"
 
     def plan(self, batch: Batch) -> Planned:
         """The batch planned, padded to its bucket's shape when it fits (its sizes recorded)."""
         planned = self.solver.plan(batch)
         self.problems = self.problems or len(batch)
-        bound = next((d for d in DEPTHS if planned.plan.trees.n_levels <= d), None)
-        if bound is None or len(batch) != self.problems:
-            return planned  # too deep, or the short last batch: eager
-        bucket = self.buckets.setdefault(bound, _Bucket())
+        key = self._bucket_key(planned)
+        if key is None or len(batch) != self.problems:
+            return planned  # too deep or too long, or the short last batch: eager
+        bucket = self.buckets.setdefault(key, _Bucket())
         own = self.solver.shape_of(planned)
         bucket.seen = own if bucket.seen is None else bucket.seen.covering(own)
         if bucket.shape is not None and own.fits(bucket.shape):
-            return self.solver.plan(planned, bucket.shape)
+            return self.solver.plan(planned, bucket.shape, causal=self.bigrus)
         return planned
+
+    def _bucket_key(self, planned: Planned) -> tuple[int, int | None] | None:
+        depth = next((d for d in DEPTHS if planned.plan.trees.n_levels <= d), None)
+        tokens = next((t for t in TOKENS if planned.batch.tokens.size(1) <= t), None) if self.bigrus else None
+        return None if depth is None or (self.bigrus and tokens is None) else (depth, tokens)
 
     def forward(self, planned: Planned) -> dict[str, Tensor]:
         """The solver's training outputs for a planned batch on the GPU: replayed when it was
@@ -118,14 +141,15 @@ class GraphedSteps:
         # Planned.to copies the shape. A snapshot of the buckets: the planning thread (``planned``)
         # may add one meanwhile.
         bucket = next(b for b in tuple(self.buckets.values()) if b.shape == shape)
-        states = self.solver.encoder.recurrence(planned.batch, planned.plan.packing)
+        whole = isinstance(planned.plan.packing, Reversal)  # the BiGRUs captured too
+        states = () if whole else self.solver.encoder.recurrence(planned.batch, planned.plan.packing)
         if bucket.graphed is None:
             try:
                 bucket.graphed = self._capture(planned, states)
             except RuntimeError as e:  # something in the step a capture forbids (a host sync, ...)
                 self.failed = str(e).splitlines()[0]
                 self.counts["eager"] += 1
-                return self.solver.after_recurrence(planned, states)
+                return self.solver(planned) if whole else self.solver.after_recurrence(planned, states)
         self.counts["replayed"] += 1
         # A replay writes its outputs into the tensors the capture made and returns views of them:
         # copies, so that a step's losses outlive the next replay (the bench keeps them all).
@@ -137,9 +161,9 @@ class GraphedSteps:
         return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": scales}
 
     def _capture(self, planned: Planned, states: tuple[Tensor, ...]) -> nn.Module:
-        # The capture's own warm-up runs the module (and names the scales); the BiGRUs' weights are
-        # among its parameters but unused here.
-        module = _AfterRecurrence(self.solver, planned, len(states))
+        # The capture's own warm-up runs the module (and names the scales); without the BiGRUs in
+        # it, their weights are among its parameters but unused.
+        module = _Captured(self.solver, planned, len(states))
         args = tuple(s.detach().requires_grad_(s.requires_grad) for s in states) + tuple(_graph_inputs(planned))
         return torch.cuda.make_graphed_callables(module, args, allow_unused_input=True)
 
@@ -147,9 +171,11 @@ class GraphedSteps:
         """Each bucket whose batches outgrew its shape (or had none) gets one covering them, with
         room (``Shape.rounded``), captured anew at its next batch. -> how many grew."""
         grown = 0
-        for bucket in self.buckets.values():
+        for (_, tokens), bucket in self.buckets.items():
             if bucket.shape is None or not bucket.seen.fits(bucket.shape):
                 room = bucket.seen.rounded()
+                if tokens is not None:  # its batches' texts are at most that long
+                    room = dataclasses.replace(room, tokens=tokens)
                 bucket.shape = room if bucket.shape is None else bucket.shape.covering(room)
                 bucket.graphed = None
                 grown += 1

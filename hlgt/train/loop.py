@@ -217,7 +217,7 @@ class Trainer:
             if self.model is not self.solver:
                 raise ValueError("train.cuda_graphs trains in one process: "
                                  "data parallelism's wrapper would be bypassed")
-            self.steps = cuda_graphs.GraphedSteps(self.solver)
+            self.steps = cuda_graphs.GraphedSteps(self.solver, self.cfg.train.capture_bigrus)
         # What a training step plans its batch with and runs it through.
         self.plan, self.forward = ((self.steps.plan, self.steps.forward) if self.steps is not None
                                    else (self.solver.plan, self.model))
