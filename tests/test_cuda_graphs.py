@@ -2,6 +2,7 @@
 module on the CPU; capture and replay where a GPU is."""
 import copy
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -15,9 +16,10 @@ from hlgt.config import Config
 from hlgt.data.collate import iter_batches
 from hlgt.data.shards import load_rows, load_vocab
 from hlgt.model.gru import Packing, Reversal
+from hlgt.model.plan import Shape
 from hlgt.model.solver import Solver
 from hlgt.train import loop
-from hlgt.train.cuda_graphs import TOKENS, GraphedSteps, _Captured, _graph_inputs
+from hlgt.train.cuda_graphs import TOKENS, GraphedSteps, _Bucket, _Captured, _graph_inputs
 
 TINY = {"data.dataset": "sample", "train.epochs": 2, "train.lr_step": 1, "train.batch_size": 8,
         "model.embedding_size": 8, "model.hidden_size": 16, "model.heads": 2, "model.layers": 1,
@@ -80,6 +82,27 @@ def test_with_the_bigrus_batches_are_bucketed_by_their_longest_text_too(shards):
         assert planned.batch.tokens.size(1) == planned.plan.shape.tokens == planned.plan.packing.index.size(1)
         assert _graph_inputs(planned)[-3:] == [planned.plan.packing.lengths, planned.plan.packing.index,
                                                planned.plan.packing.mask]
+
+
+def test_a_batch_its_buckets_shape_cannot_hold_replays_in_the_least_shape_that_can(shards):
+    solver, vocab, rows = _solver_and_rows(shards)
+    steps = GraphedSteps(solver)
+    batches = list(iter_batches(rows, vocab, 8))
+    steps.learn(batches)
+    batch = batches[0]
+    key, own = steps._bucket_key(solver.plan(batch)), solver.shape_of(solver.plan(batch))
+    roomy = functools.reduce(Shape.covering, [b.shape for b in steps.buckets.values()])
+    roomier = dataclasses.replace(roomy, tokens=roomy.tokens + 8)
+    steps.buckets[(99, None)] = _Bucket(seen=roomier, shape=roomier)
+    steps.buckets[(98, None)] = _Bucket(seen=roomy, shape=roomy)
+    bucket = steps.buckets[key]
+    seen = bucket.seen
+    bucket.shape = dataclasses.replace(own, tokens=own.tokens - 1)  # too short for this batch
+    planned = steps.plan(batch)
+    assert planned.plan.shape == roomy and planned.batch.tokens.size(1) == roomy.tokens
+    assert bucket.seen == seen  # its bucket does not grow for it
+    steps.buckets = {key: bucket}
+    assert steps.plan(batch).plan.shape is None  # no shape holds it: eager
 
 
 def test_a_shape_its_batches_outgrew_grows_at_the_epochs_end(shards):

@@ -16,11 +16,11 @@ The shapes are learned, not configured, one per bucket of tree depths (``DEPTHS`
 ``bigrus`` token lengths): before the first epoch, its batches are planned (no step runs) and each
 bucket gets a shape covering the sizes of its full batches (``Solver.shape_of``) with room
 (``Shape.rounded``; with ``bigrus`` the tokens are the bucket's bound: ``learn``). A batch that
-fits its bucket's shape is padded to it and replayed; one that does not (a larger batch of another
-shuffle, the short last batch, a tree deeper than the buckets) runs eagerly, and its bucket's shape
-grows at the epoch's end and is captured anew. A capture that fails (the step does something a
-capture forbids) leaves every later step eager, with the reason. ``epoch_note`` says how many
-batches ran which way.
+fits its bucket's shape is padded to it and replayed, else padded to the least other shape it fits;
+one that fits none (a larger batch of another shuffle, the short last batch, a tree deeper than the
+buckets) runs eagerly, and its bucket's shape grows at the epoch's end and is captured anew. A
+capture that fails (the step does something a capture forbids) leaves every later step eager, with
+the reason. ``epoch_note`` says how many batches ran which way.
 """
 from __future__ import annotations
 
@@ -113,18 +113,30 @@ class GraphedSteps:
         return f"cuda graphs: {self._grow()} shapes learned for the batches' depths{lengths}"
 
     def plan(self, batch: Batch) -> Planned:
-        """The batch planned, padded to its bucket's shape when it fits (its sizes recorded)."""
+        """The batch planned, padded to its bucket's shape when it fits, else to the least other
+        shape it fits; if none, eager, its sizes recorded for its bucket to grow."""
         planned = self.solver.plan(batch)
         self.problems = self.problems or len(batch)
         key = self._bucket_key(planned)
         if key is None or len(batch) != self.problems:
             return planned  # too deep or too long, or the short last batch: eager
-        bucket = self.buckets.setdefault(key, _Bucket())
         own = self.solver.shape_of(planned)
+        shape = self._fitting(own, self.buckets.get(key))
+        if shape is not None:
+            return self.solver.plan(planned, shape, causal=self.bigrus)
+        bucket = self.buckets.setdefault(key, _Bucket())
         bucket.seen = own if bucket.seen is None else bucket.seen.covering(own)
-        if bucket.shape is not None and own.fits(bucket.shape):
-            return self.solver.plan(planned, bucket.shape, causal=self.bigrus)
         return planned
+
+    def _fitting(self, own: Shape, bucket: _Bucket | None) -> Shape | None:
+        """The bucket's shape if ``own`` fits it, else the one of fewest tokens (then levels) that
+        ``own`` fits: a batch of a rare depth and length replays padded further, rather than
+        eagerly and its bucket captured anew for it (with the BiGRUs captured, a few of Math23K's
+        batches each epoch)."""
+        if bucket is not None and bucket.shape is not None and own.fits(bucket.shape):
+            return bucket.shape
+        shapes = [b.shape for b in tuple(self.buckets.values()) if b.shape is not None and own.fits(b.shape)]
+        return min(shapes, key=lambda s: (s.tokens, len(s.tree.goals)), default=None)
 
     def _bucket_key(self, planned: Planned) -> tuple[int, int | None] | None:
         depth = next((d for d in DEPTHS if planned.plan.trees.n_levels <= d), None)
