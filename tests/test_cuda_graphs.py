@@ -131,6 +131,8 @@ def test_the_captured_module_computes_the_solvers_losses(shards, arm, bigrus):
     module = _Captured(solver, padded, len(states))
     outs = module(*states, *_graph_inputs(padded))
     want = solver(own)
+    with pytest.raises(ValueError, match="plan with a shape"):
+        solver.plan(batch, causal=True)
     assert [o.item() for o in outs[:3]] == pytest.approx([want[k].item() for k in ("loss", "tree_loss", "com_loss")],
                                                          rel=1e-5)
     assert module.scale_names == list(want["scales"])

@@ -138,6 +138,8 @@ class Solver(nn.Module):
             self._check_targets(batch)
             trees = tree_layout(batch.target, batch.target_mask, self.decoder.n_ops)
         if shape is None:
+            if causal:
+                raise ValueError("causal passes run over a shape's padded tokens: plan with a shape")
             return Planned(batch, BatchPlan(trees, self.encoder.graph_layout(batch),
                                             Packing.of(batch.lengths, batch.tokens.size(1))))
         if len(batch) != shape.problems:
