@@ -266,6 +266,33 @@ def test_a_failed_capture_leaves_every_later_step_eager(shards, monkeypatch):
 
 
 @pytest.mark.usefixtures("stand_in_graphs")
+def test_a_failed_capture_with_the_bigrus_leaves_them_eager_and_the_rest_replayed(shards, monkeypatch):
+    stand_in = torch.cuda.make_graphed_callables
+
+    def refuse_the_bigrus(module, sample_args, allow_unused_input=False):
+        if module.n_states == 0:
+            raise RuntimeError("operation not permitted when stream is capturing\nmore")
+        return stand_in(module, sample_args, allow_unused_input)
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", refuse_the_bigrus)
+    solver, vocab, rows = _solver_and_rows(shards)
+    steps = GraphedSteps(solver, bigrus=True)
+    batches = list(iter_batches(rows, vocab, 8))
+    steps.learn(batches)
+    ahead = steps.plan(batches[1])  # planned before the failure, laid out for the causal passes
+    first = steps.plan(batches[0])
+    out = steps.forward(first)  # its capture fails: eager
+    assert out["loss"].item() == pytest.approx(solver(solver.plan(batches[0]))["loss"].item(), rel=1e-5)
+    assert isinstance(ahead.plan.packing, Reversal) and steps.forward(ahead)["loss"].requires_grad  # eager
+    later = [steps.plan(b) for b in batches[2:6]]
+    assert all(isinstance(p.plan.packing, Packing) and p.plan.shape is not None for p in later)
+    for p in later:
+        steps.forward(p)
+    assert steps.epoch_note().startswith("cuda graphs: 4 batches replayed, 2 eager; capturing the BiGRUs failed, "
+                                         "they run eagerly: operation not permitted when stream is capturing")
+
+
+@pytest.mark.usefixtures("stand_in_graphs")
 def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards):
     from hlgt.train.bench import measure
 

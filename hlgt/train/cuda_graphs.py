@@ -20,7 +20,8 @@ fits its bucket's shape is padded to it and replayed, else padded to the least o
 one that fits none (a larger batch of another shuffle, the short last batch, a tree deeper than the
 buckets) runs eagerly, and its bucket's shape grows at the epoch's end and is captured anew. A
 capture that fails (the step does something a capture forbids) leaves every later step eager, with
-the reason. ``epoch_note`` says how many batches ran which way.
+the reason; with ``bigrus``, it first leaves the BiGRUs eager and the rest captured, as without.
+``epoch_note`` says how many batches ran which way.
 """
 from __future__ import annotations
 
@@ -98,18 +99,19 @@ class GraphedSteps:
     docstring)."""
 
     def __init__(self, solver: Solver, bigrus: bool = False):
-        self.solver, self.bigrus = solver, bigrus
+        self.solver, self.bigrus, self.by_tokens = solver, bigrus, bigrus
         self.problems: int | None = None  # a full batch's size: the first batch's
         self.buckets: dict[tuple[int, int | None], _Bucket] = {}  # by (depth bound, token bound with bigrus)
         self.counts = {"replayed": 0, "eager": 0}
         self.failed: str | None = None  # why a capture failed: every later step runs eagerly
+        self.bigrus_failed: str | None = None  # why a capture with the BiGRUs failed: they run eagerly
 
     def learn(self, batches: Iterable[Batch]) -> str:
         """Shapes for the buckets from the batches of the coming epoch, planned only: that epoch
         pads and replays from its first batch. Says how many shapes it learned."""
         for batch in batches:
             self.plan(batch)
-        lengths = " and longest texts" if self.bigrus else ""
+        lengths = " and longest texts" if self.by_tokens else ""
         return f"cuda graphs: {self._grow()} shapes learned for the batches' depths{lengths}"
 
     def plan(self, batch: Batch) -> Planned:
@@ -140,26 +142,27 @@ class GraphedSteps:
 
     def _bucket_key(self, planned: Planned) -> tuple[int, int | None] | None:
         depth = next((d for d in DEPTHS if planned.plan.trees.n_levels <= d), None)
-        tokens = next((t for t in TOKENS if planned.batch.tokens.size(1) <= t), None) if self.bigrus else None
-        return None if depth is None or (self.bigrus and tokens is None) else (depth, tokens)
+        tokens = next((t for t in TOKENS if planned.batch.tokens.size(1) <= t), None) if self.by_tokens else None
+        return None if depth is None or (self.by_tokens and tokens is None) else (depth, tokens)
 
     def forward(self, planned: Planned) -> dict[str, Tensor]:
         """The solver's training outputs for a planned batch on the GPU: replayed when it was
         padded to a shape, else eager."""
         shape = planned.plan.shape
-        if shape is None or self.failed:
+        whole = isinstance(planned.plan.packing, Reversal)  # the BiGRUs captured too
+        # (A batch laid out for them, planned ahead before capturing them failed, runs eagerly.)
+        if shape is None or self.failed or (whole and not self.bigrus):
             self.counts["eager"] += 1
             return self.solver(planned)
         # Planned.to copies the shape. A snapshot of the buckets: the planning thread (``planned``)
         # may add one meanwhile.
         bucket = next(b for b in tuple(self.buckets.values()) if b.shape == shape)
-        whole = isinstance(planned.plan.packing, Reversal)  # the BiGRUs captured too
         states = () if whole else self.solver.encoder.recurrence(planned.batch, planned.plan.packing)
         if bucket.graphed is None:
             try:
                 bucket.graphed = self._capture(planned, states)
             except RuntimeError as e:  # something in the step a capture forbids (a host sync, ...)
-                self.failed = str(e).splitlines()[0]
+                self._capture_failed(str(e).splitlines()[0], whole)
                 self.counts["eager"] += 1
                 return self.solver(planned) if whole else self.solver.after_recurrence(planned, states)
         self.counts["replayed"] += 1
@@ -171,6 +174,16 @@ class GraphedSteps:
         # are, so that summing them over an epoch keeps no chain of autograd nodes alive.
         scales = {name: o.detach() for name, o in zip(names, outs[3:])}
         return {"loss": outs[0], "tree_loss": outs[1], "com_loss": outs[2], "scales": scales}
+
+    def _capture_failed(self, reason: str, whole: bool) -> None:
+        """A failed capture with the BiGRUs leaves them eager from the next plan on, each shape
+        captured anew without them; any other leaves every step eager."""
+        if not whole:
+            self.failed = reason
+            return
+        self.bigrus, self.bigrus_failed = False, reason
+        for bucket in tuple(self.buckets.values()):
+            bucket.graphed = None
 
     def _capture(self, planned: Planned, states: tuple[Tensor, ...]) -> nn.Module:
         # The capture's own warm-up runs the module (and names the scales); without the BiGRUs in
@@ -201,4 +214,6 @@ class GraphedSteps:
         note = f"cuda graphs: {replayed} batches replayed, {eager} eager"
         if self.failed:
             return note + f"; capture failed, every step eager: {self.failed}"
+        if self.bigrus_failed:
+            note += f"; capturing the BiGRUs failed, they run eagerly: {self.bigrus_failed}"
         return note + (f"; {grown} of {len(self.buckets)} shapes grown, captured anew" if grown else "")
