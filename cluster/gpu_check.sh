@@ -32,8 +32,10 @@
 #             epochs, validation every EVAL_EVERY epochs, the best model tested), SCHEDULE_ARMS side by
 #             side, train.cuda_graphs=GRAPHS and train.capture_bigrus=BIGRUS, each stopped after the
 #             epoch that crosses SCHEDULE_MINUTES
-#             (schedule_<arm>.log, its results schedule_<arm>.json); RESUME=true goes on with the run
-#             folders of an earlier call on the same warm machine, from their last epochs
+#             (schedule_<arm>.log, its results schedule_<arm>.json, its epochs' metrics
+#             schedule_<arm>_metrics.jsonl, its test predictions schedule_<arm>_predictions_test.jsonl
+#             for hlgt.train.compare); RESUME=true goes on with the run folders of an earlier call on
+#             the same warm machine, from their last epochs
 #
 # Settings (environment): OUT (default gpu-out), DEVICE (cuda), DATASET (math23k), SHARDS (its
 # offline shard folder), MINUTES (training budget per arm, default 6), LIMIT (problems timed, 3200),
@@ -183,6 +185,9 @@ step_schedule() {
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done
   for arm in $SCHEDULE_ARMS; do
     cp "$RUNS/schedule-$arm/results.json" "$OUT/schedule_$arm.json" 2> /dev/null || status=1
+    cp "$RUNS/schedule-$arm/metrics.jsonl" "$OUT/schedule_${arm}_metrics.jsonl" 2> /dev/null || status=1
+    # the test predictions pair this run with another of the same data in hlgt.train.compare
+    cp "$RUNS/schedule-$arm/predictions_test.jsonl" "$OUT/schedule_${arm}_predictions_test.jsonl" 2> /dev/null || status=1
     grep -E "^epoch|cuda graphs|max_minutes|\[train\] done" "$OUT/schedule_$arm.log" | tail -4 >&2
   done
 }

@@ -216,8 +216,9 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
                STEPS="probe curves speed profile replay recurrence bigrus graphs schedule")
     subprocess.run([sys.executable, "-m", "hlgt.data.build", "--dataset", "sample", "--no-ray", "--shards-dir",
                     str(tmp_path / "shards")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    # the limit catches a hung step: the steps took 5-9 minutes on two cores shared with a training run
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| full |" in (tmp_path / "out" / "bench.txt").read_text()
     assert "| full |" in (tmp_path / "out" / "bench_before.txt").read_text()
@@ -230,6 +231,14 @@ def test_the_gpu_check_script_runs_its_steps_on_the_cpu(tmp_path):
     assert not (tmp_path / "out" / "bench_compiled.txt").exists()  # a step not asked for does not run
     for arm in ("full", "gts"):  # stopped by its time budget after epoch 1, its best model tested
         assert "test/value_acc" in json.loads((tmp_path / "out" / f"schedule_{arm}.json").read_text())
+        lines = (tmp_path / "out" / f"schedule_{arm}_metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["epoch"] for line in lines] == [1, 1]  # epoch 1's record, then the final one
+    # the two arms' test predictions pair up in hlgt.train.compare
+    done = subprocess.run([sys.executable, "-m", "hlgt.train.compare",
+                           "--a", str(tmp_path / "out" / "schedule_full_predictions_test.jsonl"),
+                           "--b", str(tmp_path / "out" / "schedule_gts_predictions_test.jsonl")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "| schedule_full_predictions_test.jsonl / schedule_gts" in done.stdout, done.stderr
     # The next call on the same machine goes on with the schedule where the first one stopped.
     env.update(STEPS="schedule", SCHEDULE_ARMS="gts", RESUME="true")
     done = subprocess.run(["bash", str(ROOT / "cluster" / "gpu_check.sh")], cwd=ROOT, env=env, capture_output=True,
