@@ -15,7 +15,8 @@
 #   speed     training and decoding problems/s of `full` and `gts`, with BEFORE's code first, SPEED_ARGS
 #             passed to both (bench*.txt)
 #   profile   wall time per training step against the GPU's kernel time, and the operators that take
-#             the most of each (time_steps.txt)
+#             the most of each, the step as the schedule trains it: train.cuda_graphs=GRAPHS,
+#             train.capture_bigrus=BIGRUS (time_steps.txt)
 #   replay    one batch's step eager, then captured as a CUDA graph and replayed: the floor of a step
 #             without host work (replay.txt)
 #   recurrence  the encoder's BiGRUs alone over PROFILE_STEPS padded batches: eager, and captured over
@@ -113,9 +114,11 @@ step_speed() {
   tail -4 "$OUT/bench.txt" >&2
 }
 step_profile() {
-  echo "[gpu_check] wall time per step against the GPU's kernel time ($PROFILE_STEPS steps)" >&2
-  bench --time-steps "$PROFILE_STEPS" > "$OUT/time_steps.txt" 2>&1 || status=1
-  grep "ms per step" "$OUT/time_steps.txt" >&2
+  echo "[gpu_check] wall time per step against the GPU's kernel time ($PROFILE_STEPS steps), cuda graphs $GRAPHS," \
+    "BiGRUs captured $BIGRUS" >&2
+  bench --time-steps "$PROFILE_STEPS" --set "train.cuda_graphs=$GRAPHS" --set "train.capture_bigrus=$BIGRUS" \
+    > "$OUT/time_steps.txt" 2>&1 || status=1
+  grep -E "ms per step|profiled steps" "$OUT/time_steps.txt" >&2
 }
 captured() {  # NAME FILE BENCH_ARGS...: a bench mode that captures CUDA graphs, skipped without a GPU
   local name=$1 file=$2

@@ -133,6 +133,24 @@ def test_time_steps_prints_the_host_side_on_the_cpu(tmp_path, capsys, monkeypatc
     with pytest.raises(ValueError, match=r"3 batches: --time-steps 100 needs 101 \(raise --limit\)"):
         main(["--dataset", "sample", "--ablation", "full", "--limit", "48", "--batch-size", "16", "--embedding", "8",
               "--hidden", "16", "--threads", "1", "--device", "cpu", "--time-steps", "100"])
+    with pytest.raises(ValueError, match=r"train.cuda_graphs captures CUDA graphs: it needs a GPU"):
+        main(["--dataset", "sample", "--ablation", "full", "--limit", "48", "--batch-size", "16", "--embedding", "8",
+              "--hidden", "16", "--threads", "1", "--device", "cpu", "--time-steps", "2",
+              "--set", "train.cuda_graphs=true"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("bigrus", ["false", "true"])
+def test_time_steps_on_a_gpu_profiles_the_replayed_step(tmp_path, capsys, monkeypatch, bigrus):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    assert main(["--dataset", "sample", "--ablation", "full,gts", "--limit", "48", "--batch-size", "16",
+                 "--embedding", "8", "--hidden", "16", "--device", "cuda", "--time-steps", "2",
+                 "--set", "model.heads=2", "--set", "model.layers=1", "--set", "train.cuda_graphs=true",
+                 "--set", f"train.capture_bigrus={bigrus}"]) == 0
+    out = capsys.readouterr().out
+    notes = [x for x in out.splitlines() if "profiled steps: cuda graphs: " in x]
+    assert len(notes) == 2 and all(" 2 batches replayed, 0 eager" in x for x in notes)
+    assert sum("GPU running kernels" in x for x in out.splitlines()) == 2
 
 
 def test_replay_needs_a_gpu(tmp_path, monkeypatch):

@@ -26,9 +26,10 @@ count of the launches and waits a GPU step would make. The CPU BiGRUs' operators
 timed pass itself counts the host syncs (torch.cuda's sync debug mode), including those the CPU
 cannot see, and names the line that makes each.
 
-``--time-steps N`` instead times N training steps under torch.profiler: wall time per step against
-the time the GPU ran kernels (a step whose GPU idles is bound by the host), and the operators that
-take the most host and device time; on the CPU, the host time outside the CPU BiGRUs.
+``--time-steps N`` instead times N training steps under torch.profiler, as the training loop runs
+them (its gradient-norm bookkeeping included): wall time per step against the time the GPU ran
+kernels (a step whose GPU idles is bound by the host), and the operators that take the most host
+and device time; on the CPU, the host time outside the CPU BiGRUs.
 
 ``--replay N`` instead runs one batch's training step N times eagerly, then captures it as a CUDA
 graph and replays it N times: the replay's time is the floor a step without host work could
@@ -44,6 +45,8 @@ batch's own longest sequence (the floor of finer buckets): whether capturing the
 ``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its second epoch:
 the batches' shapes learned from their plans, an untimed pass captures them
 (``hlgt.train.cuda_graphs``); with ``--set train.capture_bigrus=true`` too, from the embedding on.
+With ``--time-steps``, the profile is of that replayed step, and it says how many of the profiled
+batches replayed.
 
 ``--set train.compile=true`` measures the model as training then builds it, its decoder levels
 and graph layers compiled (``Solver.compile_parts``); every measured batch is run once before,
@@ -231,7 +234,10 @@ def _print_time_steps(run: _Inputs, device: torch.device) -> None:
           f"{a.batch_size}, {a.time_steps} steps after a warm-up, device {device}", flush=True)
 
     def timed(arm: str) -> dict:
-        return time_steps(run.arm_cfg(arm), run.rows, run.vocab, device, a.time_steps)
+        cfg = run.arm_cfg(arm)
+        if cfg.train.cuda_graphs:
+            cuda_graphs.require_gpu(device)
+        return time_steps(cfg, run.rows, run.vocab, device, a.time_steps)
 
     for arm in run.arms:
         r = timed(arm)
@@ -241,6 +247,8 @@ def _print_time_steps(run: _Inputs, device: torch.device) -> None:
         busy = (f", GPU running kernels {gpu:.1f} ms ({100 * gpu / r['wall_ms_per_step']:.0f}%)" if gpu is not None
                 else ", no GPU kernels recorded" if device.type == "cuda"
                 else f", {r['wall_ms_per_step'] - gru:.1f} ms outside the CPU BiGRUs ({gru:.1f} ms in them)")
+        if r["note"]:
+            print(f"[bench] {arm}: profiled steps: {r['note']}", flush=True)
         print(f"[bench] {arm}: {r['wall_ms_per_step']:.1f} ms per step (profiled){busy}", flush=True)
 
 

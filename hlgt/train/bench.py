@@ -7,7 +7,8 @@ thread, as training plans them; ``train.cuda_graphs``: the step as training repl
 learned and captured first; ``train.compile``: every measured batch run once before).
 ``profile_steps``: the aten operators and host synchronisation points per training step
 (``SYNC_OPS``), the CPU BiGRUs' operators apart (on a GPU cuDNN's fused GRU replaces them).
-``time_steps``: wall time per step against the GPU's kernel time, under torch.profiler.
+``time_steps``: wall time per step against the GPU's kernel time, under torch.profiler, the step
+as training runs it (``train.cuda_graphs``: replayed).
 ``replay_steps``: one batch's step eager, then captured as a CUDA graph and replayed (GPU only).
 ``recurrence_steps``: the encoder's BiGRUs alone, eager over each batch's packing, and captured
 over it or as causal passes over padded lengths (``hlgt.model.gru.Reversal``; GPU only).
@@ -97,17 +98,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     encoded = encode(rows, vocab)  # as training does, once
     solver, opt, batches = _training(cfg, vocab, encoded, device)
     collate_ms = _collate_ms(cfg, vocab, encoded)
-    steps = GraphedSteps(solver, cfg.train.capture_bigrus) if cfg.train.cuda_graphs else None
-    plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
-    # Untimed: _warm_up's batches; with CUDA graphs, as training does, the shapes learned from
-    # the batches, then a pass that captures them.
-    if steps is not None:
-        steps.learn(batches)
-    for batch in (batches if steps is not None else _warm_up(cfg, batches)):
-        train_step(forward, opt, plan(batch).to(device))
-    if steps is not None:
-        steps.epoch_note()
-    _sync(device)
+    plan, forward, steps = _as_trained(cfg, solver, opt, batches, device)
     timed, start, syncs, losses = sum(map(len, batches[1:])), time.perf_counter(), [], []
     for batch in planned(batches[1:], plan, device):  # as training plans them
         with _syncs_counted(device, syncs):
@@ -177,6 +168,23 @@ def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, 
     if len(batches) < steps + 1:
         raise ValueError(f"{len(batches)} batches: {option} {steps} needs {steps + 1} (raise --limit)")
     return solver, opt, batches[: steps + 1]
+
+
+def _as_trained(cfg: Config, solver: Solver, opt, batches: list, device: torch.device) -> tuple:
+    """``(plan, forward, steps)``: the training step's planning and forward as training runs them,
+    after an untimed warm-up: ``_warm_up``'s batches; with ``train.cuda_graphs``, as training does,
+    the shapes learned from ``batches``, then a pass over them that captures the shapes (``steps``:
+    their ``GraphedSteps``, else None)."""
+    steps = GraphedSteps(solver, cfg.train.capture_bigrus) if cfg.train.cuda_graphs else None
+    plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
+    if steps is not None:
+        steps.learn(batches)
+    for batch in (batches if steps is not None else _warm_up(cfg, batches)):
+        train_step(forward, opt, plan(batch).to(device))
+    if steps is not None:
+        steps.epoch_note()
+    _sync(device)
+    return plan, forward, steps
 
 
 def _warm_up(cfg: Config, batches: list) -> list:
@@ -255,24 +263,25 @@ def busy_us(ranges: list[tuple[float, float]]) -> float:
 
 
 def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps: int) -> dict:
-    """Wall time per training step (plan, copy to the device, forward, backward, Adam) against
-    the time the GPU ran kernels, over ``steps`` steps after a warm-up (torch.profiler, CPU and
-    CUDA activity), with the operators that take the most device and host time. A step whose GPU
-    idles most of its wall time is bound by the host. On the CPU, the time in the CPU BiGRUs'
-    loop, which a GPU does not run: the rest, at small sizes (``--embedding 8 --hidden 8``), is
-    the host's own work per step (Python, dispatch, autograd), which a GPU step pays before its
-    kernels launch."""
+    """Wall time per training step (plan, copy to the device, forward, backward, the gradient-norm
+    bookkeeping, Adam) as the training loop runs it (on a GPU the batches planned ahead by a thread;
+    ``train.cuda_graphs``: replayed, ``_as_trained``) against the time the GPU ran kernels, over
+    ``steps`` steps after a warm-up (torch.profiler, CPU and CUDA activity), with the operators that
+    take the most device and host time, and with CUDA graphs how the profiled batches ran. A step
+    whose GPU idles most of its wall time is bound by the host. On the CPU, the time in the CPU
+    BiGRUs' loop, which a GPU does not run: the rest, at small sizes (``--embedding 8 --hidden
+    8``), is the host's own work per step (Python, dispatch, autograd), which a GPU step pays before
+    its kernels launch."""
 
 
     solver, opt, batches = _training_steps(cfg, vocab, rows, device, steps, "--time-steps")
-    for batch in _warm_up(cfg, batches):
-        train_step(solver, opt, solver.plan(batch).to(device))
-    _sync(device)
+    plan, forward, graphed = _as_trained(cfg, solver, opt, batches, device)
+    stats = EpochStats(solver.parts(), device)
     cuda = device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         start = time.perf_counter()
-        for batch in batches[1:]:
-            train_step(solver, opt, solver.plan(batch).to(device))
+        for batch in planned(batches[1:], plan, device):
+            train_step(forward, opt, batch.to(device), stats)
         _sync(device)
         wall = time.perf_counter() - start
     events = prof.events()
@@ -287,6 +296,7 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
             # None where no kernel was recorded (the CPU, or a profiler without CUDA activity).
             "device_ms_per_step": busy_us([(r.start, r.end) for r in kernels]) / 1000 / steps if kernels else None,
             "cpu_gru_ms_per_step": gru_us / 1000 / steps if not cuda else None,
+            "note": graphed.epoch_note() if graphed is not None else "",
             "tables": tables}
 
 
