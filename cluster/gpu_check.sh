@@ -117,7 +117,7 @@ step_profile() {
   echo "[gpu_check] wall time per step against the GPU's kernel time ($PROFILE_STEPS steps), cuda graphs $GRAPHS," \
     "BiGRUs captured $BIGRUS" >&2
   bench --time-steps "$PROFILE_STEPS" --set "train.cuda_graphs=$GRAPHS" --set "train.capture_bigrus=$BIGRUS" \
-    > "$OUT/time_steps.txt" 2>&1 || status=1
+    > "$OUT/time_steps.txt" 2>&1 || { status=1; tail -3 "$OUT/time_steps.txt" >&2; }
   grep -E "ms per step|profiled steps" "$OUT/time_steps.txt" >&2
 }
 captured() {  # NAME FILE BENCH_ARGS...: a bench mode that captures CUDA graphs, skipped without a GPU
