@@ -46,7 +46,8 @@ def run_config(model_dir: str | Path) -> dict[str, Any]:
     """The flat config a model folder was trained with, read without loading the model."""
     path = Path(model_dir) / RUN_CONFIG_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: --model must be a best/ folder written by training")
+        raise FileNotFoundError(f"{path} not found: --model must be a model folder written by training "
+                                "(<run>/best, or <run>/checkpoint/model for the last epoch's)")
     return read_json_object(path, _checked_config)
 
 

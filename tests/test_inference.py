@@ -50,7 +50,7 @@ def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
 
 
 def test_load_model_needs_a_model_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="best/ folder"):
+    with pytest.raises(FileNotFoundError, match="must be a model folder written by training"):
         load_model(tmp_path)
 
 

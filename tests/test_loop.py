@@ -58,6 +58,10 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     best = Solver.load(run / "best")
     assert json.loads((run / "best" / "run_config.json").read_text())["config"] == tiny().to_flat()
     assert best.vocab.to_dict() == load_vocab(shards).to_dict()
+    # So does the last epoch's, in the checkpoint.
+    last = json.loads((run / "checkpoint" / "model" / "run_config.json").read_text())
+    assert last == {"config": tiny().to_flat(), "epoch": 2}
+    assert Solver.load(run / "checkpoint" / "model").vocab.to_dict() == best.vocab.to_dict()
     # Outputs: predictions of the best model, Table-4 tables, results.
     lines = (run / "predictions_test.jsonl").read_text().splitlines()
     assert len(lines) == 10 and {"id", "predicted", "gold", "value_correct"} <= set(json.loads(lines[0]))

@@ -114,7 +114,7 @@ def test_digits_that_are_no_quantity_are_named(model_dir, tmp_path, capsys):
 
 
 def test_cli_needs_a_model_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="best/ folder"):
+    with pytest.raises(FileNotFoundError, match="must be a model folder written by training"):
         solve_text(tmp_path, EN)
 
 

@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     # No abbreviations: ``--data FILE`` must be an error, not silently ``--data-dir FILE``.
     p = argparse.ArgumentParser(prog=PROG, allow_abbrev=False,
                                 description="Evaluate a trained model on one split of its dataset.")
-    p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
+    p.add_argument("--model", required=True,
+                   help="a trained model folder (<run>/best; the last epoch's: <run>/checkpoint/model)")
     p.add_argument("--split", default=None, choices=["train", "valid", "test"],
                    help="a split of the model's dataset (default test)")
     p.add_argument("--data", default=None, metavar="FILE",

@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     # No abbreviations: a misspelt or shortened option is an error, not another option's value.
     p = argparse.ArgumentParser(prog=PROG, allow_abbrev=False,
                                 description="Solve a math word problem (or a file of them) with a trained model.")
-    p.add_argument("--model", required=True, help="a trained model folder (<run>/best)")
+    p.add_argument("--model", required=True,
+                   help="a trained model folder (<run>/best; the last epoch's: <run>/checkpoint/model)")
     p.add_argument("--lang", choices=["zh", "en"], default=None,
                    help="default: the model's dataset's; for the sample data's, guessed from each text")
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")

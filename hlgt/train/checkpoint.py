@@ -9,7 +9,8 @@ Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
     trainer_state.pt   epoch, optimizer, scheduler, best epoch and metrics, history, RNG, finished,
                        starts (the epoch each start or resume began after)
     config.json        the full flat config
-    model/             Solver.save of the current weights (config, vocabulary, weights)
+    model/             Solver.save of the current weights + run_config.json: the last epoch's model
+                       folder on its own (what GTS's reference code tests, having no validation split)
     best/              Solver.save of the best weights + run_config.json: a model folder on its own
     results.json, predictions_{valid,test}.jsonl, numbers_{valid,test}.{md,csv}   (final only)
 
@@ -47,15 +48,20 @@ def write_checkpoint(directory: Path, cfg: Config, solver: nn.Module, best_weigh
     """One resumable checkpoint (layout in the module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(cfg.to_flat(), indent=1), encoding="utf-8")
-    solver.save(directory / "model", extra={"epoch": state["epoch"]})
+    _model_folder(directory / "model", cfg, solver, {"epoch": state["epoch"]})
     best = copy.deepcopy(solver)
     best.load_state_dict(best_weights)
-    best.save(directory / "best", extra={"epoch": state["best_epoch"], **state["best"]})
-    (directory / "best" / "run_config.json").write_text(
-        json.dumps({"config": cfg.to_flat(), "epoch": state["best_epoch"], **state["best"]}, indent=1),
-        encoding="utf-8")
+    _model_folder(directory / "best", cfg, best, {"epoch": state["best_epoch"], **state["best"]})
     torch.save({**state, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                 "rng": torch.get_rng_state()}, directory / STATE_FILE)
+
+
+def _model_folder(directory: Path, cfg: Config, solver: nn.Module, about: Mapping[str, Any]) -> None:
+    """``Solver.save`` and the run's config beside it (``run_config.json``): what evaluating and
+    solving load."""
+    solver.save(directory, extra=dict(about))
+    (directory / "run_config.json").write_text(json.dumps({"config": cfg.to_flat(), **about}, indent=1),
+                                               encoding="utf-8")
 
 
 def read_checkpoint(directory: str | Path) -> dict:
