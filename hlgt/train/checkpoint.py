@@ -29,6 +29,7 @@ from torch import nn
 
 from hlgt import metrics as M
 from hlgt.config import Config
+from hlgt.inference import RUN_CONFIG_FILE
 from hlgt.storage import write_text
 
 STATE_FILE = "trainer_state.pt"
@@ -60,8 +61,8 @@ def _model_folder(directory: Path, cfg: Config, solver: nn.Module, about: Mappin
     """``Solver.save`` and the run's config beside it (``run_config.json``): what evaluating and
     solving load."""
     solver.save(directory, extra=dict(about))
-    (directory / "run_config.json").write_text(json.dumps({"config": cfg.to_flat(), **about}, indent=1),
-                                               encoding="utf-8")
+    (directory / RUN_CONFIG_FILE).write_text(json.dumps({"config": cfg.to_flat(), **about}, indent=1),
+                                             encoding="utf-8")
 
 
 def read_checkpoint(directory: str | Path) -> dict:
