@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from hlgt.data.graph import GRAPH_VARIANTS
 from hlgt.storage import is_uri, storage_path
 
 
@@ -50,7 +51,7 @@ class DataConfig:
     annotator: str = "offline"  # offline | ltp | hanlp
     annotator_model: str = ""  # hub id or local model directory for ltp / hanlp
     shards_dir: str = field(default_factory=lambda: storage_path("datasets", "processed"))
-    graph: str = "srl"  # srl | parse | quantity_cell  (Table 2 graph variants)
+    graph: str = "srl"  # srl | parse | quantity_cell (Table 2's graphs) | nc (GRAPH_VARIANTS)
     min_word_freq: int = 1  # 1 keeps every training word; GTS's and Graph2Tree's code keep words seen >= 5 times
     min_const_freq: int = 5  # GTS: an equation constant is kept when seen >= 5 times in training
 
@@ -145,6 +146,7 @@ class Config:
         m, t, d = self.model, self.train, self.data
         mawps = d.dataset == "mawps"
         rules = [
+            ("data.graph", d.graph in GRAPH_VARIANTS, f"must be one of {', '.join(GRAPH_VARIANTS)}"),
             ("data.fold", 0 <= d.fold < MAWPS_N_FOLDS if mawps else d.fold == 0,
              f"must lie in 0..{MAWPS_N_FOLDS - 1} for MAWPS" if mawps
              else f"must be 0: {d.dataset} has no folds (MAWPS alone is cross-validated)"),
@@ -253,6 +255,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "gts": {"model.encoder": "none", "model.aux_task": False},  # the GTS baseline: no graph, no comparison loss
     "parse_graph": {"data.graph": "parse"},
     "quantity_cell": {"data.graph": "quantity_cell"},
+    # Not in the paper: the numerical comparison graph alone, HLGT without its SRL edges.
+    "nc_graph": {"data.graph": "nc"},
 }
 
 

@@ -74,6 +74,7 @@ def test_every_command_rejects_an_unknown_arm_alike(module, flag):
     ({"model.hidden_size": 1 << 20, "model.heads": 1}, "model.hidden_size=1048576"),
     ({"model.layers": 10_000}, "model.layers=10000"), ({"model.beam_size": 10**6}, "model.beam_size=1000000"),
     ({"model.max_output_len": 10**7}, "model.max_output_len=10000000"),
+    ({"data.graph": "sr"}, "data.graph='sr' must be one of srl, parse, quantity_cell, nc"),
 ])
 def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
     with pytest.raises(ValueError, match=f"bad config: {named}"):

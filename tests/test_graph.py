@@ -137,6 +137,7 @@ def test_small_problem_with_parse():
     counts = {v: (select_variant(g, v).num_edges, select_variant(g, v).num_line_edges) for v in GRAPH_VARIANTS}
     assert counts["srl"] == (15, 18)          # 18 line edges counted by hand from the out-degrees
     assert counts["parse"][0] == 22 and counts["quantity_cell"][0] == 17
+    assert counts["nc"] == (2, 0)             # N0 -> N1 and back: a line edge never backtracks
 
 
 def test_without_heads_parse_part_is_empty_and_nodes_shrink():

@@ -29,10 +29,10 @@ merged. "Both directions" means two directed edges with the same type.
       is a node only for the parse or quantity-cell part (so the SRL part never depends on them).
     * MOD from every other node of the phrase (entities, units, further numbers) to its contact.
     * MOD from each unit/rate node to the number it follows.
-  part "compare" (numerical comparison, section 3.2, also the NC graph of Table 2): for every
-    ordered pair i != j of quantities, edge i -> j of type BAE (value_i >= value_j) or LES when
-    both have the same numeric node type, DT when the types differ. Hence two directed edges per
-    pair; equal values give BAE both ways.
+  part "compare" (numerical comparison, section 3.2, also the NC graph of Table 2; alone, the
+    "nc" variant, beyond the paper's arms): for every ordered pair i != j of quantities, edge
+    i -> j of type BAE (value_i >= value_j) or LES when both have the same numeric node type, DT
+    when the types differ. Hence two directed edges per pair; equal values give BAE both ways.
   part "parse" (Table 2, Shen & Jin 2020): DEP in both directions for every dependency arc
     token <-> head. Empty when Annotation.heads is None (the backend has no parser).
   part "qcell" (Table 2, Graph2Tree quantity cells): QCELL in both directions between each
@@ -62,7 +62,8 @@ from hlgt.data.srl import Annotation
 NODE_TYPES = ("entity", "root", "unit", "rate", "fraction", "percentage", "number")
 EDGE_TYPES = ("ARG0", "ARG1", "ARGM", "MOD", "BAE", "LES", "DT", "DEP", "QCELL", "GT")
 GRAPH_PARTS = ("srl", "compare", "parse", "qcell", "qcompare")
-GRAPH_VARIANTS = {"srl": ("srl", "compare"), "parse": ("parse", "compare"), "quantity_cell": ("qcell", "qcompare")}
+GRAPH_VARIANTS = {"srl": ("srl", "compare"), "parse": ("parse", "compare"), "quantity_cell": ("qcell", "qcompare"),
+                  "nc": ("compare",)}
 
 NT = {name: i for i, name in enumerate(NODE_TYPES)}
 ET = {name: i for i, name in enumerate(EDGE_TYPES)}

@@ -3,7 +3,7 @@
     python -m hlgt.data.report --data-dir ../shared/datasets [--dataset NAME ...] [--fold K|all]
         [--mawps-folds grouped|graph2tree|graph2tree-1921]
     python -m hlgt.data.report --dataset math23k --explain ID --out page.html [--split S]
-        [--annotator offline|ltp|hanlp] [--annotator-model M] [--graph srl|parse|quantity_cell]
+        [--annotator offline|ltp|hanlp] [--annotator-model M] [--graph srl|parse|quantity_cell|nc]
 
 For every split it prints the records in the file(s), the reader's skips by reason (the first few
 named by file and line), the problems read, the problems kept (and their share of those read), the
