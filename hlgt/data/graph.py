@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hlgt.config import GRAPHS
 from hlgt.data.numbers import NUM_KINDS, Example
 from hlgt.data.srl import Annotation
 
@@ -64,6 +65,7 @@ EDGE_TYPES = ("ARG0", "ARG1", "ARGM", "MOD", "BAE", "LES", "DT", "DEP", "QCELL",
 GRAPH_PARTS = ("srl", "compare", "parse", "qcell", "qcompare")
 GRAPH_VARIANTS = {"srl": ("srl", "compare"), "parse": ("parse", "compare"), "quantity_cell": ("qcell", "qcompare"),
                   "nc": ("compare",)}
+assert tuple(GRAPH_VARIANTS) == GRAPHS, "every graph a config may name needs its parts"
 
 NT = {name: i for i, name in enumerate(NODE_TYPES)}
 ET = {name: i for i, name in enumerate(EDGE_TYPES)}
