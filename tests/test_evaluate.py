@@ -69,6 +69,16 @@ def test_each_verdict(scored):
     assert d.predicted_value is None and "lacks operands" in d.error
 
 
+def test_equation_read_as_written():
+    """GTS's rule: where two quantities are the same number, either is the gold equation's."""
+    same = row("g", [6.0, 2.0, 6.0], ["6", "2", "6"], ["-", "N0", "N1"], 4.0)
+    assert score(same, ["-", "N2", "N1"]).equation_correct
+    assert not score(same, ["-", "N1", "N0"]).equation_correct
+    written_apart = row("h", [0.5, 2.0, 0.5], ["0.5", "2", "(1/2)"], ["*", "N0", "N1"], 1.0)
+    verdict = score(written_apart, ["*", "N2", "N1"])
+    assert verdict.value_correct and not verdict.equation_correct
+
+
 def test_accuracies_and_buckets(scored):
     report = summarise(scored)
     assert report.n == 6

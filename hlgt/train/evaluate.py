@@ -3,7 +3,9 @@
 Two accuracies, as in the paper:
   * value accuracy: the predicted equation evaluates (exactly, ``hlgt.expr.eval_prefix``) to the
     gold answer within THE project tolerance (``values_match``);
-  * equation accuracy: the predicted prefix equals the gold prefix token for token.
+  * equation accuracy: the predicted prefix equals the gold prefix token for token once every
+    slot is read as its number as written (GTS's rule: where two quantities are the same number,
+    either one is the gold equation's; a constant equals a slot holding the same text).
 A prediction that does not evaluate (malformed, division by zero, missing slot) is wrong, and the
 reason is kept in the predictions file. A problem whose gold equation could not be represented
 (``prefix`` null in the shard) still counts: its equation is wrong by definition, its value may
@@ -90,6 +92,12 @@ class Scored:
     error: str | None  # why the prediction could not be evaluated
 
 
+def _as_written(prefix: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """Every slot ``Ni`` of ``prefix`` replaced by its number's text (a slot out of range stays)."""
+    return [texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(texts) else t
+            for t in prefix]
+
+
 def score(row: Mapping[str, Any], predicted: Sequence[str]) -> Scored:
     """Score one prediction against one shard row (keys: id, text, num_values, num_texts, prefix, answer)."""
     values = [float(v) for v in row["num_values"]]
@@ -112,7 +120,7 @@ def score(row: Mapping[str, Any], predicted: Sequence[str]) -> Scored:
         answer=float(row["answer"]),
         predicted_value=predicted_value,
         value_correct=predicted_value is not None and values_match(predicted_value, float(row["answer"])),
-        equation_correct=gold is not None and predicted == gold,
+        equation_correct=gold is not None and _as_written(predicted, texts) == _as_written(gold, texts),
         n_numbers=len(values),
         error=error,
     )
