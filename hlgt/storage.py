@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator
@@ -72,6 +73,21 @@ def filesystem(root: str):
 
 MARKER = ".hlgt-folder"
 KINDS = ("run", "sweep", "shards")
+
+
+def copy_folder(local: Path, uri: str) -> int:
+    """Copy every file under the local folder ``local`` to the same relative path under ``uri``
+    (a URI pyarrow's filesystems take), replacing what is there; hidden files (markers, locks,
+    partial writes) stay behind. -> how many files were copied."""
+    fs, root = filesystem(uri)
+    files = [p for p in sorted(local.rglob("*"))
+             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(local).parts)]
+    for path in files:
+        target = f"{root}/{path.relative_to(local).as_posix()}"
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        with path.open("rb") as source, fs.open_output_stream(target) as destination:
+            shutil.copyfileobj(source, destination)
+    return len(files)
 
 
 def check_name(name: str, flag: str = "--name") -> str:

@@ -822,6 +822,26 @@ def _finished_trial(spec, folder: str, flat: dict, val_value_acc: float, final: 
     return checkpoint
 
 
+def test_on_uri_storage_the_results_are_copied_beside_the_trials(tmp_path, monkeypatch, capsys):
+    # On S3 the results are written into the job's working directory, which goes with the cluster;
+    # a file:// URI takes the same path through pyarrow's filesystems.
+    monkeypatch.chdir(tmp_path)
+    spec = SweepSpec(name="t", storage=f"file://{tmp_path}/bucket", base={"data.dataset": "sample"}, arms=["full"],
+                     samples=[{"model.heads": 4}], replicates=[{"data.fold": 0, "train.seed": 1}], wandb=False)
+    failed = results.TrialOutcome(arm="full", sample=0, replicate=0, val_value_acc=math.nan, checkpoint=None,
+                                  error="boom")
+    (spec.local_dir / ".lock").parent.mkdir(parents=True)
+    (spec.local_dir / ".lock").write_text("")
+    _, _, paths = results.summarise(spec, {"full": [failed]})
+    copy = tmp_path / "bucket" / "t" / "results"
+    assert paths["md"].parent.resolve() == (tmp_path / "runs" / "sweeps" / "t").resolve()
+    assert sorted(p.name for p in copy.iterdir()) == sorted(p.name for p in paths.values())
+    assert (copy / "results.md").read_text() == paths["md"].read_text()
+    _, _, so_far = results.summarise(spec, {"full": [failed]}, so_far="so far: 0 of 1 trials finished")
+    assert (copy / "so-far" / "results.md").read_text() == so_far["md"].read_text()
+    assert f"to file://{tmp_path}/bucket/t/results/so-far" in capsys.readouterr().out
+
+
 def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alone(tmp_path, monkeypatch, capsys):
     from hlgt.sweep import experiments
     from hlgt.sweep.spec import save_settings

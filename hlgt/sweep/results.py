@@ -33,7 +33,7 @@ from hlgt.model.solver import Solver
 from hlgt.storage import write_text
 from hlgt.sweep import tables
 from hlgt.sweep.space import describe
-from hlgt.sweep.spec import SweepSpec, read_trial_folder
+from hlgt.sweep.spec import RESULTS_COPY, SweepSpec, read_trial_folder
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
 from hlgt.train.checkpoint import RESULTS_FILE, changed_settings
@@ -419,6 +419,9 @@ def summarise(spec: SweepSpec, trials: dict[str, list[TrialOutcome]],
         name = f"{spec.name} ({so_far})" if so_far else spec.name
         title = f"{name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
         paths = write_results(directory, rows, spec.replicate_kind, title, dataset, paper_tables)
+        if storage.is_uri(spec.root):  # ``directory`` is in the job's working directory: it goes with the cluster
+            copy = "/".join([spec.root, RESULTS_COPY, *directory.relative_to(spec.local_dir).parts])
+            print(f"[sweep] copied {storage.copy_folder(directory, copy)} file(s) of {directory} to {copy}", flush=True)
         tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])
         tracker.log_table("paper_tables", tables.TABLE_COLUMNS, tables.table_rows(tests, dataset))
         noise = tables.seed_rows(tests, spec.replicates)

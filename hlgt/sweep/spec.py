@@ -24,6 +24,7 @@ from hlgt.sweep.space import describe
 
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
 ARM_DATA_KEYS = ("data.graph",)  # the data settings an arm may set: every graph variant is in the same shards
+RESULTS_COPY = "results"  # in a sweep's root on S3: the copy of its local results folder (``local_dir``)
 SO_FAR = "so-far"  # in the sweep's results folder: the tables of the trials finished so far (``--so-far``)
 TRIAL_FOLDER = re.compile(r"(?P<arm>\w+)-s(?P<sample>\d+)-r(?P<replicate>\d+)-(?P<trial_id>[^-/]+)")
 
@@ -63,7 +64,7 @@ class SweepSpec:
     @property
     def local_dir(self) -> Path:
         """Where the results table, chart and test predictions are written (local even when
-        the Tune results go to S3)."""
+        the Tune results go to S3: then copied to ``<root>/results``, ``RESULTS_COPY``)."""
         return Path(self.root) if not is_uri(self.root) else Path("runs") / "sweeps" / self.name
 
     @property
