@@ -840,6 +840,12 @@ def test_on_uri_storage_the_results_are_copied_beside_the_trials(tmp_path, monke
     _, _, so_far = results.summarise(spec, {"full": [failed]}, so_far="so far: 0 of 1 trials finished")
     assert (copy / "so-far" / "results.md").read_text() == so_far["md"].read_text()
     assert f"to file://{tmp_path}/bucket/t/results/so-far" in capsys.readouterr().out
+    # A copy that fails is said; the tables stand.
+    monkeypatch.setattr(results.storage, "copy_folder", lambda *a: (_ for _ in ()).throw(PermissionError("denied")))
+    _, _, paths = results.summarise(spec, {"full": [failed]})
+    out = capsys.readouterr().out
+    assert f"could not copy {spec.local_dir} to file://{tmp_path}/bucket/t/results (denied): the results" in out
+    assert paths["md"].exists()
 
 
 def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alone(tmp_path, monkeypatch, capsys):

@@ -394,6 +394,15 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
     return paths
 
 
+def _copy_results(directory: Path, copy: str) -> None:
+    """Copy a results folder to the sweep's URI storage; a failed copy is said, not raised: the
+    tables are written and about to be printed."""
+    try:
+        print(f"[sweep] copied {storage.copy_folder(directory, copy)} file(s) of {directory} to {copy}", flush=True)
+    except OSError as e:
+        print(f"[sweep] could not copy {directory} to {copy} ({e}): the results are only in {directory}", flush=True)
+
+
 def summarise(spec: SweepSpec, trials: dict[str, list[TrialOutcome]],
               so_far: str = "") -> tuple[list[dict], str, dict[str, Path]]:
     """Every arm's row (selection and test) and the paper's tables, written with the chart and
@@ -420,8 +429,7 @@ def summarise(spec: SweepSpec, trials: dict[str, list[TrialOutcome]],
         title = f"{name}\n{dataset}: value accuracy, mean ± std over {spec.replicate_kind}"
         paths = write_results(directory, rows, spec.replicate_kind, title, dataset, paper_tables)
         if storage.is_uri(spec.root):  # ``directory`` is in the job's working directory: it goes with the cluster
-            copy = "/".join([spec.root, RESULTS_COPY, *directory.relative_to(spec.local_dir).parts])
-            print(f"[sweep] copied {storage.copy_folder(directory, copy)} file(s) of {directory} to {copy}", flush=True)
+            _copy_results(directory, "/".join([spec.root, RESULTS_COPY, *directory.relative_to(spec.local_dir).parts]))
         tracker.log_table("results", ROW_COLUMNS, [[r[c] for c in ROW_COLUMNS] for r in rows])
         tracker.log_table("paper_tables", tables.TABLE_COLUMNS, tables.table_rows(tests, dataset))
         noise = tables.seed_rows(tests, spec.replicates)
