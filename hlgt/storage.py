@@ -3,7 +3,7 @@
 Runs, sweeps and shards live under the shared storage root ``$HLGT_STORAGE`` (an S3 URI or an
 NFS path on a cluster), else under the working directory (``storage_path``, ``storage_root``);
 folders may be local paths or URIs that pyarrow's filesystems take (``s3://...``), as Ray's
-storage is (``filesystem``).
+storage is (``filesystem``); a folder written locally is copied to such a URI with ``copy_folder``.
 
 Two commands writing one local folder at once (a shard folder's splits, a run's checkpoints, a
 sweep's trials) would mix their files: a lock file beside the folder keeps them apart
