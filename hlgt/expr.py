@@ -432,7 +432,7 @@ def parse_answer(s: str | float | int) -> float | None:
         except ExprError:
             if not isinstance(s, str):
                 return None
-            value = eval_prefix(infix_to_prefix(tokenize_infix(s)))
+            value = eval_infix(s)
         value = float(value)
     except (ExprError, OverflowError):
         return None

@@ -11,12 +11,18 @@ from hlgt.data.problems import Problem
 from hlgt.data.splits import (
     MAWPS_FOLD_FILES,
     SAMPLE_DIR,
-    load_clean,
     load_split,
     make_mawps_folds,
     mawps_fold_ids,
     read_split,
 )
+
+
+def load_clean(dataset, data_dir=None, fold=0):
+    """Every split cleaned as the build cleans them: constants learned on train, applied to the others."""
+    train = clean_split(load_split(dataset, "train", data_dir, fold), train=True)
+    return {"train": train, **{split: clean_split(load_split(dataset, split, data_dir, fold), train=False,
+                                                  constants=train.constants) for split in ("valid", "test")}}
 
 
 def _p(pid, text, equation, answer):

@@ -19,6 +19,7 @@ from hlgt.data.graph import (
     select_variant,
 )
 from hlgt.data.numbers import Example, Quantity
+from hlgt.data.schema import graph_to_row
 from hlgt.data.srl import Annotation, Frame
 
 
@@ -281,9 +282,9 @@ def test_select_variant_equals_line_graph_of_kept_edges(variant):
         np.testing.assert_array_equal(p.line_src, s.line_src)
 
 
-def test_to_lists_round_trip_and_stats():
+def test_row_round_trip_and_stats():
     g = build_graph(*make(**FIG1))
-    back = Graph.from_lists(g.to_lists())
+    back = Graph.from_lists(graph_to_row(g))
     for name in ("node_pos", "node_type", "edge_src", "edge_dst", "edge_type", "edge_part", "line_src", "line_dst"):
         np.testing.assert_array_equal(getattr(back, name), getattr(g, name))
         assert getattr(back, name).dtype == np.int64

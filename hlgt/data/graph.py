@@ -122,13 +122,9 @@ class Graph:
     def num_line_edges(self) -> int:
         return len(self.line_src)
 
-    def to_lists(self) -> dict[str, list[int]]:
-        """Plain int lists keyed by GRAPH_FIELDS (one Parquet row's graph columns)."""
-        return {name: getattr(self, name).tolist() for name in GRAPH_FIELDS}
-
     @classmethod
     def from_lists(cls, row: Mapping[str, Sequence[int]]) -> Graph:
-        """Inverse of to_lists; copies (Arrow hands back read-only arrays)."""
+        """Inverse of ``schema.graph_to_row``; copies (Arrow hands back read-only arrays)."""
         return cls(**{name: np.array(row[name], dtype=np.int64) for name in GRAPH_FIELDS})
 
 

@@ -196,11 +196,6 @@ def unreadable(error: ValueError | RecursionError) -> Unreadable:
     return Unreadable(NUMBER_TOO_LONG, "an integer of more than 4,300 digits")  # int() refuses to convert
 
 
-def read_records(path: str | Path) -> list[tuple[int, Any]]:
-    """Every record of a file as (line, parsed JSON value), in order; unreadable records left out."""
-    return [(line, value) for line, value in _records(Path(path)) if not isinstance(value, Unreadable)]
-
-
 def _records(path: Path) -> Iterable[tuple[int, Any]]:
     """The file's records: a JSON array's items, JSON Lines (read line by line, on ``\n`` only, as
     often as it is iterated), or objects written one after another (Math23K)."""

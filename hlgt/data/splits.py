@@ -42,7 +42,6 @@ import random
 from pathlib import Path
 
 from hlgt.config import MAWPS_FOLD_SCHEMES, MAWPS_N_FOLDS, default_data_dir
-from hlgt.data.clean import MAX_TOKENS, CleanResult, clean_split
 from hlgt.data.problems import Problem, ReadResult, iter_problems, read_problems
 
 DATASETS = ("math23k", "mawps", "ape210k", "sample")
@@ -168,23 +167,6 @@ def find_problem(dataset: str, problem_id: str, data_dir: str | Path | None = No
 def load_split(dataset: str, split: str, data_dir: str | Path | None = None, fold: int = 0) -> list[Problem]:
     """The problems of one split, in file order."""
     return read_split(dataset, split, data_dir, fold).problems
-
-
-def load_clean(
-    dataset: str,
-    data_dir: str | Path | None = None,
-    fold: int = 0,
-    min_const_freq: int = 5,
-    max_tokens: int = MAX_TOKENS,
-) -> dict[str, CleanResult]:
-    """Clean all three splits: constants learned on train, then applied to valid and test."""
-    train = clean_split(load_split(dataset, "train", data_dir, fold), train=True,
-                        min_const_freq=min_const_freq, max_tokens=max_tokens)
-    out = {"train": train}
-    for split in ("valid", "test"):
-        out[split] = clean_split(load_split(dataset, split, data_dir, fold), train=False,
-                                 constants=train.constants, max_tokens=max_tokens)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

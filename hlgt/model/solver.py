@@ -46,10 +46,8 @@ from hlgt.model.tree_decoder import TreeDecoder
 from hlgt.model.tree_layout import tree_layout
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.pt"
-# Bumped whenever the same weights would compute a different function (format 2: QK-normalised
-# HLGT attention, comparison U stored times F; format 4: the graph arms' decoder memory
-# h_b + LayerNorm(Linear(h_f))), so that an older folder fails to load, not
-# silently predicts something else.
+# Bumped whenever the same weights would compute a different function, so that an older folder
+# fails to load, not silently predicts something else (the bumps are in git's history).
 WEIGHTS_FORMAT = 4
 
 
