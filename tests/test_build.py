@@ -194,7 +194,7 @@ def test_an_annotator_model_that_cannot_load_is_one_line_naming_the_option(tmp_p
         "there is no such folder; download the LTP model" in err
 
 
-def test_default_folder_and_cli(tmp_path, monkeypatch):
+def test_default_folder_and_cli(tmp_path, monkeypatch, capsys):
     from hlgt.commands.build import main
 
     cfg = Config.from_flat({"data.dataset": "mawps", "data.fold": 3, "data.annotator": "ltp"})
@@ -207,7 +207,8 @@ def test_default_folder_and_cli(tmp_path, monkeypatch):
     assert main(["--dataset", "sample", "--split", "valid", "--no-ray", "--shards-dir", "p"]) == 0
     assert (tmp_path / "p" / "sample-offline" / MANIFEST).is_file()
     with pytest.raises(SystemExit):
-        main(["--dataset", "sample", "--actors", "1,2"])  # a list only with --bench
+        main(["--dataset", "sample", "--actors", "1,2"])
+    assert "--actors takes one number when building (a list only with --bench)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option, value, message", [

@@ -168,6 +168,7 @@ def test_rows_encoded_once_collate_as_the_rows_do(variant):
     vocab = VOCAB
     want, got = collate(rows, vocab, variant), collate(encode(rows, vocab), vocab, variant)
     assert got.ids == want.ids and got.answers == want.answers
+    assert len(tensors_of(got)) == len(tensors_of(want)) > 0
     assert all(torch.equal(a, b) for a, b in zip(tensors_of(got), tensors_of(want)))
     shuffled = [b.ids for b in iter_batches(encode(rows, vocab), vocab, 3, shuffle=True, seed=4, variant=variant)]
     assert shuffled == [b.ids for b in iter_batches(rows, vocab, 3, shuffle=True, seed=4, variant=variant)]

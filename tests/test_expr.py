@@ -183,7 +183,9 @@ def test_parse_number_errors(text):
 
 
 def test_eval_prefix_is_exact_on_slots():
-    # 1/3 + 1/3 + 1/3 is exactly 1 in Fraction arithmetic (0.333.. floats would not be).
+    # Fraction arithmetic: 1/10 + 2/10 is exactly 3/10 (floats give 0.30000000000000004).
+    assert eval_prefix(["+", "N0", "N1"], [Fraction(1, 10), Fraction(2, 10)]) == 0.3
+    assert eval_prefix(["+", "0.1", "0.2"]) == 0.3
     third = Fraction(1, 3)
     assert eval_prefix(["+", "+", "N0", "N1", "N2"], [third, third, third]) == 1.0
     assert eval_prefix(["*", "N0", "-", "1", "20%"], [200]) == 160.0

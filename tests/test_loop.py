@@ -174,7 +174,7 @@ def test_report_is_required(shards):
         loop.train(tiny(), shards)
 
 
-def test_train_command_config_and_run_name():
+def test_train_command_config_and_run_name(capsys):
     from hlgt.commands.train import build_parser, make_config, run_name
 
     args = build_parser().parse_args(["--dataset", "mawps", "--fold", "2", "--arm", "gts", "--set", "train.seed=4"])
@@ -190,6 +190,7 @@ def test_train_command_config_and_run_name():
     assert run_name(tiny(), "full") == "sample-full-seed1"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--mawps-folds", "random"])
+    assert "invalid choice: 'random'" in capsys.readouterr().err
 
 
 def _command(shards, out, *more, ray=False):
@@ -337,7 +338,7 @@ def test_a_run_that_fails_before_its_first_epoch_leaves_no_folder(shards, tmp_pa
     for part in (broken / "train").glob("*.parquet"):
         part.write_bytes(part.read_bytes()[:100])
     run = tmp_path / "runs" / "failed"
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=r"broken/train/part-00000\.parquet.*Parquet magic bytes"):
         loop.train(tiny(), broken, run_dir=run)
     assert not run.exists() and not (tmp_path / "runs").exists()
 

@@ -174,7 +174,7 @@ def test_one_adam_step_moves_a_comparison_logit_as_a_linear_layer_would():
     opt = torch.optim.Adam([head.U], lr=1e-3)
     head.loss(h_f, h_b, num_pos, num_mask, torch.tensor([[1.0, 2.0, 3.0, 4.0]])).backward()
     opt.step()
-    assert head(h_f, h_b, num_pos).abs().max() < 5.0
+    assert 0.1 < head(h_f, h_b, num_pos).abs().max() < 5.0  # moved, by about lr * F = 1
 
 
 def test_comparison_zero_init_starts_at_one_half_and_learns():

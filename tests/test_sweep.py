@@ -386,7 +386,7 @@ def _one_arm_spec(tmp_path, max_failures: int) -> SweepSpec:
                      replicates=[{"data.fold": 0, "train.seed": 1}], scheduler="fifo", max_failures=max_failures)
 
 
-def test_a_sweep_retries_a_failed_trial_max_failures_times(tmp_path, monkeypatch):
+def test_a_sweep_passes_max_failures_to_tune(tmp_path, monkeypatch):
     import ray
     import ray.tune
 

@@ -51,3 +51,4 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert "no manifest.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         vectors_command.main(["--shards", str(tmp_path), "--out", "v", "--dim", "0"])
+    assert "--dim must be at least 1" in capsys.readouterr().err
