@@ -125,7 +125,7 @@ class Config:
     def override(self, flat: dict[str, Any]) -> "Config":
         """A copy with dotted keys replaced; unknown keys and bad values raise ``ValueError``."""
         known = self.to_flat()
-        unknown = sorted(set(flat) - set(known))
+        unknown = sorted(set(flat) - set(known), key=str)  # a YAML file can give a number as a key
         if unknown:
             raise ValueError(f"unknown config keys {unknown}; known keys: {sorted(known)}")
         out = dataclasses.replace(

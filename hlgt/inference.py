@@ -52,11 +52,15 @@ def run_config(model_dir: str | Path) -> dict[str, Any]:
 
 
 def _checked_config(content: dict) -> dict[str, Any]:
+    """The run's flat config, every key there: a key the training code did not have yet takes its
+    default; the keys that say what the model reads must have been written."""
     flat = content.get("config")
     if not isinstance(flat, dict):
         raise ValueError('no "config" object')
-    Config.from_flat(flat)  # unknown keys or bad values: a hand-edited file
-    return flat
+    missing = [key for key in ("data.dataset", "data.graph", "data.annotator") if key not in flat]
+    if missing:
+        raise ValueError(f'its "config" lacks {", ".join(missing)}')
+    return Config.from_flat(flat).to_flat()  # unknown keys or bad values: a hand-edited file
 
 
 @lru_cache(maxsize=4)

@@ -70,6 +70,18 @@ def test_different_problems_or_counts_are_errors(tmp_path, capsys):
     bad.write_text('{"id": "x"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="not a predictions file"):
         compare([bad], [bad])
+    bad.write_text('{"id": "x", "value_correct": true}\n{"id": "y",\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{bad}, line 2: not JSON"):
+        compare([bad], [bad])
+    bad.write_text('{"id": "x", "value_correct": true}\n5\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{bad}, line 2: not a JSON object"):
+        compare([bad], [bad])
+    bad.write_text('{"id": ["x"], "value_correct": true}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="not a predictions file"):
+        compare([bad], [bad])
+    bad.write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match="the files hold no predictions"):
+        compare([bad], [bad])
 
 
 def test_command_prints_a_table(tmp_path, capsys):

@@ -81,6 +81,11 @@ def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
         C.Config.from_flat(flat)
 
 
+def test_unknown_keys_are_named_whatever_their_type():
+    with pytest.raises(ValueError, match=r"unknown config keys \[1, 'foo'\]"):
+        C.Config.from_flat({1: 2, "foo": 3})
+
+
 def test_local_paths_are_made_absolute_where_the_command_runs(tmp_path, monkeypatch):
     # A saved run config then means the same folders from any directory (evaluate from elsewhere
     # once built a second shard folder there).

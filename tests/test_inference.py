@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hlgt import inference
-from hlgt.inference import format_answer, infix_with_numbers, load_model, predict
+from hlgt.inference import format_answer, infix_with_numbers, load_model, predict, run_config
 
 
 def test_infix_substitutes_numbers():
@@ -54,6 +54,16 @@ def test_load_model_needs_a_model_folder(tmp_path):
         load_model(tmp_path)
 
 
+def test_a_run_config_without_a_newer_key_reads_its_default(model_dir, tmp_path):
+    copy = tmp_path / "best"
+    shutil.copytree(model_dir, copy)
+    path = copy / "run_config.json"
+    run = json.loads(path.read_text())
+    del run["config"]["train.capture_bigrus"]
+    path.write_text(json.dumps(run))
+    assert run_config(copy)["train.capture_bigrus"] is False
+
+
 def test_load_model_shares_one_solver_and_copies_the_config(model_dir):
     solver, flat = load_model(model_dir)
     again, flat_again = load_model(str(model_dir))
@@ -66,6 +76,7 @@ def test_load_model_shares_one_solver_and_copies_the_config(model_dir):
     (lambda run: {}, 'no "config" object'),
     (lambda run: {**run, "config": {**run["config"], "model.bogus": 3}}, r"unknown config keys \['model.bogus'\]"),
     (lambda run: {**run, "config": {**run["config"], "model.heads": 0}}, "bad config: model.heads=0"),
+    (lambda run: {**run, "config": {}}, 'its "config" lacks data.dataset, data.graph, data.annotator'),
 ])
 def test_a_damaged_run_config_names_the_file(model_dir, tmp_path, edit, fault):
     copy = tmp_path / "best"

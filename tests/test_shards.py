@@ -48,6 +48,17 @@ def test_prebuilt_shards_are_used_as_is_and_checked(sample_shards, tmp_path, mon
         use_shards(SAMPLE, broken)
     with pytest.raises(FileNotFoundError, match="manifest"):
         use_shards(SAMPLE, tmp_path)
+    # A manifest edited by hand: named as damaged, not a TypeError from deep inside.
+    shutil.rmtree(broken)
+    shutil.copytree(sample_shards, broken)
+    manifest = json.loads((broken / MANIFEST).read_text())
+    for edit, fault in ((lambda m: m.update(annotator="offline"), 'no "annotator" object'),
+                        (lambda m: m["splits"]["train"].pop("shards"), "split 'train' has no \"shards\" list")):
+        damaged = json.loads(json.dumps(manifest))
+        edit(damaged)
+        (broken / MANIFEST).write_text(json.dumps(damaged))
+        with pytest.raises(ValueError, match=f"manifest.json is damaged \\({fault}"):
+            use_shards(SAMPLE, broken)
 
 
 def test_prebuilt_mawps_shards_must_have_the_run_fold_scheme_and_validation(sample_shards, tmp_path, monkeypatch):

@@ -587,6 +587,12 @@ def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, caps
         space.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=message):
             command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
+    space.write_text("set: {1: 2, foo: 3}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"unknown config keys \[1, 'foo'\]"):
+        command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
+    space.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=f"{space} is not valid YAML: 'utf-8' codec"):
+        command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
     space.write_text("space:\n  train.lr: {loguniform: [1e-4, 1e-2]}\n", encoding="utf-8")  # YAML's text numbers
     assert command.make_spec(command.build_parser().parse_args(["--space", str(space), "--storage", str(tmp_path)]))
     (tmp_path / "file").write_text("")

@@ -52,3 +52,6 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         vectors_command.main(["--shards", str(tmp_path), "--out", "v", "--dim", "0"])
     assert "--dim must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        vectors_command.main(["--shards", str(tmp_path), "--out", "v", "--seed", str(10 ** 23)])
+    assert "--seed must be in [0, 2**63)" in capsys.readouterr().err

@@ -167,13 +167,13 @@ def load_yaml(path: str | None) -> dict:
 
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of {sorted(YAML_KEYS)}, got {type(data).__name__}")
     unknown = set(data) - YAML_KEYS
     if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+        raise ValueError(f"{path}: unknown keys {sorted(unknown, key=str)}")
     for key in ("space", "set"):
         if key in data and not isinstance(data[key], dict):
             raise ValueError(f"{path}: {key} must be a mapping of config keys, got {data[key]!r}")

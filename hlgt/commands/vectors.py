@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("dim", "window", "negatives", "epochs", "min_count"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.seed < 2 ** 63:
+        p.error("--seed must be in [0, 2**63)")
     sentences = corpus(args.shards)
     vectors = train_vectors(sentences, dim=args.dim, window=args.window, negatives=args.negatives,
                             epochs=args.epochs, min_count=args.min_count, seed=args.seed)

@@ -26,12 +26,27 @@ def load_manifest(shards_dir: str | Path) -> dict:
     try:
         manifest = json.loads(path.read_bytes())
     except (ValueError, RecursionError) as e:
-        raise ValueError(f"{path} is damaged ({' '.join(str(e).split())[:200]}): rebuild the folder with "
-                         "`python -m hlgt.data.build ... --force`") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
-        raise ValueError(f"{path} is damaged (no \"splits\" object): rebuild the folder with "
+        fault = " ".join(str(e).split())[:200]
+    else:
+        fault = _structure_fault(manifest)
+    if fault:
+        raise ValueError(f"{path} is damaged ({fault}): rebuild the folder with "
                          "`python -m hlgt.data.build ... --force`")
     return manifest
+
+
+def _structure_fault(manifest) -> str | None:
+    """What a parsed manifest lacks of what the readers index into, or None."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
+        return 'no "splits" object'
+    for split, entry in manifest["splits"].items():
+        shards = entry.get("shards") if isinstance(entry, dict) else None
+        if not isinstance(shards, list) or not all(isinstance(name, str) for name in shards):
+            return f'split {split!r} has no "shards" list of file names'
+    annotator = manifest.get("annotator")
+    if not isinstance(annotator, dict) or not isinstance(annotator.get("option"), str):
+        return 'no "annotator" object with its "option"'
+    return None
 
 
 def load_vocab(shards_dir: str | Path) -> Vocab:

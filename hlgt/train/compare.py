@@ -95,8 +95,8 @@ def verdicts(path: Path, metric: str) -> dict[str, bool]:
     key = METRICS[metric]
     out: dict[str, bool] = {}
     for record in read_predictions(path):
-        if "id" not in record or key not in record:
-            raise ValueError(f"{path}: not a predictions file (a line without id or {key})")
+        if not isinstance(record.get("id"), (str, int)) or key not in record:
+            raise ValueError(f"{path}: not a predictions file (a line without an id or {key})")
         if record["id"] in out:
             raise ValueError(f"{path}: problem {record['id']} appears twice")
         out[record["id"]] = bool(record[key])
@@ -109,6 +109,8 @@ def pair(label: str, a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
         raise ValueError(f"{label}: the two files hold different problems ({len(a.keys() - b.keys())} only in "
                          f"the first, {len(b.keys() - a.keys())} only in the second): compare runs on the "
                          "same split of the same fold")
+    if not a:
+        raise ValueError(f"{label}: the files hold no predictions")
     return Paired(label, len(a), sum(a.values()), sum(b.values()),
                   sum(a[i] and not b[i] for i in a), sum(b[i] and not a[i] for i in a))
 

@@ -283,8 +283,21 @@ def write_predictions(path: str | Path, scored: Sequence[Scored]) -> Path:
 
 
 def read_predictions(path: str | Path) -> list[dict]:
+    """The records of a predictions file (``write_predictions``), in order; a line that is not a
+    JSON object is an error naming the file and the line."""
+    records = []
     with Path(path).open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}, line {number}: not JSON ({e})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}, line {number}: not a JSON object")
+            records.append(record)
+    return records
 
 
 def write_report(directory: str | Path, split: str, report: Report, scored: Sequence[Scored]) -> dict[str, Path]:
