@@ -105,16 +105,18 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
     return out
 
 
+def numbers_written(prefix: Sequence[str], num_texts: Sequence[str]) -> list[str]:
+    """``prefix`` with each slot ``Ni`` replaced by the number as written (a slot out of range stays)."""
+    return [num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
+            for t in prefix]
+
+
 def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
     """A prefix equation as readable infix, each slot ``Ni`` replaced by the number as written."""
     if not prefix:
         return ""
-    tokens = [
-        num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
-        for t in prefix
-    ]
     try:
-        return prefix_to_infix(tokens)
+        return prefix_to_infix(numbers_written(prefix, num_texts))
     except ExprError:  # a malformed prediction is shown as the raw prefix it was
         return " ".join(prefix)
 

@@ -57,7 +57,7 @@ from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
 from hlgt.draw import bar_chart
 from hlgt.expr import ExprError, eval_prefix, values_match
-from hlgt.inference import infix_with_numbers, predict
+from hlgt.inference import infix_with_numbers, numbers_written, predict
 from hlgt.pages import PageFolder
 from hlgt.storage import replacing, write_text
 
@@ -92,12 +92,6 @@ class Scored:
     error: str | None  # why the prediction could not be evaluated
 
 
-def _as_written(prefix: Sequence[str], texts: Sequence[str]) -> list[str]:
-    """Every slot ``Ni`` of ``prefix`` replaced by its number's text (a slot out of range stays)."""
-    return [texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(texts) else t
-            for t in prefix]
-
-
 def score(row: Mapping[str, Any], predicted: Sequence[str]) -> Scored:
     """Score one prediction against one shard row (keys: id, text, num_values, num_texts, prefix, answer)."""
     values = [float(v) for v in row["num_values"]]
@@ -120,7 +114,7 @@ def score(row: Mapping[str, Any], predicted: Sequence[str]) -> Scored:
         answer=float(row["answer"]),
         predicted_value=predicted_value,
         value_correct=predicted_value is not None and values_match(predicted_value, float(row["answer"])),
-        equation_correct=gold is not None and _as_written(predicted, texts) == _as_written(gold, texts),
+        equation_correct=gold is not None and numbers_written(predicted, texts) == numbers_written(gold, texts),
         n_numbers=len(values),
         error=error,
     )
