@@ -16,16 +16,19 @@ the earlier file, and a failed write leaves no stray file behind. An ``OSError``
 (a full disk) names the target.
 
 A command deletes only a folder the project made: a run folder (``hlgt.train``), a sweep folder
-(``tune/sweep.py``) or a shard folder (``hlgt.data.build``) holds a marker file (``MARKER``,
-naming its kind) written when the command created the folder, and is checked for it before
-anything in it is removed. A folder without one (made by hand, or by a version of the project
-before the marker) is never deleted: the command says how to remove it by hand. Names typed on
+(``tune/sweep.py``), a shard folder (``hlgt.data.build``) or a learning-curve folder
+(``hlgt.train.curve``) holds a marker file (``MARKER``, naming its kind) written when the command
+created the folder, and is checked for it before anything in it is removed or replaced
+(``claim``). A folder without one (made by hand, or by a version of the project before the marker)
+is never deleted: the command says how to remove it by hand, and trains or writes into it only
+when it is an earlier version's folder of the same kind. Names typed on
 a command line (``--name``) are single folder names, never paths (``check_name``).
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import json
 import os
 import shutil
@@ -72,7 +75,7 @@ def filesystem(root: str):
 
 
 MARKER = ".hlgt-folder"
-KINDS = ("run", "sweep", "shards")
+KINDS = ("run", "sweep", "shards", "curve")
 
 
 def copy_folder(local: Path, uri: str) -> int:
@@ -124,18 +127,23 @@ def folder_kind(root: str) -> str | None:
     return kind if kind in KINDS else None
 
 
-def claim(root: str, kind: str) -> None:
+def claim(root: str, kind: str, earlier: tuple[str, ...] = ()) -> None:
     """Make ``root`` this command's folder of ``kind``: created with its marker when it is missing
-    or empty; a folder of another kind is refused. A non-empty folder without a marker is left as
-    it is (an earlier version's run is resumed in it, and never deleted)."""
+    or empty; a folder of another kind is refused, and so is a non-empty folder without a marker
+    unless an entry matches a pattern of ``earlier`` (what an earlier version's folder of ``kind``
+    holds: that folder is resumed as it is, and never deleted)."""
     assert kind in KINDS, kind
     fs, path, found, pafs = _info(root)
     if found == pafs.FileType.File:
         raise NotADirectoryError(f"{root} is a file, not a folder")
-    if found == pafs.FileType.Directory and _entries(fs, path):
+    entries = _entries(fs, path) if found == pafs.FileType.Directory else []
+    if entries:
         other = folder_kind(root)
         if other not in (None, kind):
             raise ValueError(f"{root} is a {other} folder, not a {kind} folder: give another --name")
+        if other is None and not any(fnmatch.fnmatch(e, p) for e in entries for p in earlier):
+            raise ValueError(f"{root} holds files and no {MARKER}: it is not a {kind} folder the project made, "
+                             "and nothing in it is replaced: give another folder or --name")
         return
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/{MARKER}") as f:

@@ -39,6 +39,23 @@ def test_curve_trains_the_arms_side_by_side(tmp_path, capfd, monkeypatch, jobs):
     assert (out_dir / "curve.md").read_text().count("\n| 2 |") == 3
 
 
+def test_the_out_folder_is_a_curve_folder_never_a_runs_or_a_users(tmp_path, monkeypatch):
+    from hlgt.storage import claim
+
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    run = tmp_path / "runs"
+    claim(str(run / "full"), "run")
+    (run / "full" / "metrics.jsonl").write_text("a trained run's\n")
+    with pytest.raises(ValueError, match=f"{run / 'full'} is a run folder, not a curve folder"):
+        main([*TINY, "--ablation", "full", "--out", str(run / "full")])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "full").mkdir()
+    with pytest.raises(ValueError, match=f"{mine} holds files and no .hlgt-folder: it is not a curve folder"):
+        main([*TINY, "--ablation", "full", "--out", str(mine)])
+    assert (run / "full" / "metrics.jsonl").read_text() == "a trained run's\n" and not any((mine / "full").iterdir())
+
+
 def test_arms_are_checked_before_any_work():
     assert parse_arms("gts, full+train.grad_clip=5") == ["gts", "full+train.grad_clip=5"]
     assert parse_arms("all") == list(C.ABLATIONS)

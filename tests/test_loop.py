@@ -380,6 +380,12 @@ def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, caps
                                          rf"\.hlgt-folder file .* remove it by hand \(rm -r {mine}\)"):
         _command(shards, tmp_path / "runs", "--name", "mine", "--fresh", "--set", "train.epochs=1")
     assert (mine / "notes.txt").exists()
+    # Nor does a plain run train into it (training replaces best/, checkpoint/ and metrics.jsonl).
+    (mine / "best").mkdir()
+    (mine / "best" / "model.pt").write_text("the user's")
+    with pytest.raises(ValueError, match=rf"{mine} holds files and no \.hlgt-folder: it is not a run folder"):
+        _command(shards, tmp_path / "runs", "--name", "mine", "--set", "train.epochs=1")
+    assert (mine / "best" / "model.pt").read_text() == "the user's"
     assert _command(shards, tmp_path / "runs", "--name", "ours", "--set", "train.epochs=1") == 0
     assert _command(shards, tmp_path / "runs", "--name", "ours", "--fresh", "--set", "train.epochs=1") == 0
     assert "--fresh: removed" in capsys.readouterr().out

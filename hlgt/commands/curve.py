@@ -30,6 +30,7 @@ from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, pars
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards
 from hlgt.data.splits import MAWPS_FOLD_FILES
+from hlgt.storage import claim, sole_writer, write_text
 from hlgt.train.curve import curve_table, curves_side_by_side, train_arms
 
 PROG = "hlgt-curve"
@@ -99,9 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or max(1, cores // jobs)
     configs = {arm: arm_config(args, arm, threads) for arm in arms}
 
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="hlgt-curve-"))
+    with sole_writer(str(out), f"another command is writing {out}: let it finish, or give another --out"):
+        claim(str(out), "curve", earlier=("curve.json",))  # never a run's, a sweep's or a user's folder
+        return curve(args, arms, configs, jobs, threads, out)
+
+
+def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config], jobs: int, threads: int,
+          out: Path) -> int:
     first = configs[arms[0]]
     shards = str(use_shards(first, args.shards) if args.shards else ensure_shards(first))
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="hlgt-curve-"))
     print(f"[curve] {args.dataset}: arms {', '.join(arms)}; the first {args.limit} training and "
           f"{args.val_limit} validation problems of {shards}; {args.epochs} epochs, seed {first.train.seed}, "
           f"batch {first.train.batch_size}; {jobs} at once, {threads} torch thread(s) each, {args.device}",
@@ -115,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{table}\n\nValidation value accuracy (%) on the first {args.val_limit} validation problems:\n\n{side}\n"
           f"\n[curve] {minutes:.1f} minutes", flush=True)
     if args.out:
-        (out / "curve.json").write_text(json.dumps({"args": vars(args), "shards": shards, "histories": histories},
-                                                   indent=1), encoding="utf-8")
-        (out / "curve.md").write_text(f"{table}\n\n{side}\n", encoding="utf-8")
+        write_text(out / "curve.json", json.dumps({"args": vars(args), "shards": shards, "histories": histories},
+                                                  indent=1))
+        write_text(out / "curve.md", f"{table}\n\n{side}\n")
         print(f"[curve] wrote {out / 'curve.json'} and {out / 'curve.md'}", flush=True)
     return 0
 

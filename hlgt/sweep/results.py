@@ -366,7 +366,8 @@ def _chart(path: Path, rows: list[dict], title: str, dataset: str) -> None:
     else:  # every arm failed, and the dataset has no paper figure to mark
         ax.text(0.5, 0.5, "no arm has a figure", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with storage.replacing(path, binary=True) as f:
+        fig.savefig(f, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -378,14 +379,13 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"md": directory / "results.md", "csv": directory / "results.csv",
              "json": directory / "results.json", "png": directory / "results.png"}
-    paths["md"].write_text(f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind)
-                           + "\n" + (paper_tables + "\n" if paper_tables else "") + best_models_markdown(rows),
-                           encoding="utf-8")
-    with paths["csv"].open("w", newline="", encoding="utf-8") as f:
+    write_text(paths["md"], f"## {title.replace(chr(10), ' — ')}\n\n" + results_markdown(rows, replicate_kind)
+               + "\n" + (paper_tables + "\n" if paper_tables else "") + best_models_markdown(rows))
+    with storage.replacing(paths["csv"]) as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rep for r in rows for rep in r.get("replicates", []))
-    paths["json"].write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    write_text(paths["json"], json.dumps(rows, indent=1))
     if importlib.util.find_spec("matplotlib") is None:
         print("[sweep] matplotlib is not installed: no results.png (the table has every number)", flush=True)
         del paths["png"]

@@ -212,9 +212,9 @@ def check_same_sweep(spec: SweepSpec, must_exist: bool = False) -> None:
 def save_settings(spec: SweepSpec) -> None:
     """Write ``settings`` into the sweep's root, for ``check_same_sweep`` when it is re-run; a new
     root (and the local folder of a root on S3) gets the marker of a sweep folder."""
-    claim(spec.root, "sweep")
+    claim(spec.root, "sweep", earlier=(SETTINGS_FILE,))
     if is_uri(spec.root):
-        claim(str(spec.local_dir), "sweep")
+        claim(str(spec.local_dir), "sweep", earlier=("results.*", SO_FAR))
     fs, root = filesystem(spec.root)
     with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:
         f.write(json.dumps(settings(spec), indent=1).encode("utf-8"))

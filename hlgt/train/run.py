@@ -64,7 +64,7 @@ def train_run(cfg: Config, name: str, shards: str | None = None, address: str | 
         if fresh and remove_owned(run_dir, "run", "--fresh"):
             print(f"[train] --fresh: removed {run_dir}", flush=True)
         check_resumable(cfg, run_dir, use_ray)
-        claim(run_dir, "run")
+        claim(run_dir, "run", earlier=("checkpoint", "checkpoint_*"))
         if use_ray:
             start_ray(address)
             return launch.fit(cfg, folder, name=name, storage=cfg.train.out_dir,
