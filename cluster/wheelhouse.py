@@ -12,6 +12,8 @@ parts of at most ``--part-mib`` MiB (``.part00``, ``.part01``, ...), each small 
 transfer, with a ``requirements.txt`` naming what was asked for (Ray's extras and ``--also``).
 ``install`` joins the parts next to the one it is given, unpacks them and installs those
 requirements with ``pip --no-index`` from the wheels alone. ``--dry-run`` prints what either would do.
+``build`` writes only into a new or empty ``--out`` (or one it made before), ``install`` unpacks only
+into a new or empty ``--into``: neither replaces nor deletes a file it did not make.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ ALSO = "pyyaml,matplotlib"
 SLIM_GLOBS = ["ray/jars/*", "*.js.map"]
 ARCHIVE = "wheels.tar.xz"
 REQUIREMENTS = "requirements.txt"  # inside the archive: what install installs
+MADE = ".wheelhouse"  # in a folder build made: only there does it delete and replace wheels and parts
 
 
 def _names(csv: str) -> list[str]:
@@ -128,7 +131,10 @@ def build(args: argparse.Namespace) -> None:
         print(f"then: drop the wheels of {args.have or 'nothing'}; slim Ray's wheel ({', '.join(SLIM_GLOBS)}); "
               f"pack {out / ARCHIVE} in parts of {args.part_mib:g} MiB")
         return
+    if out.is_dir() and any(out.iterdir()) and not (out / MADE).exists():
+        raise SystemExit(f"wheelhouse: {out} holds files this script did not make: give a new or empty --out")
     out.mkdir(parents=True, exist_ok=True)
+    (out / MADE).touch()
     subprocess.run(command, check=True)
     (out / REQUIREMENTS).write_text(requirements(args.also))
     dropped = drop_present(out, _names(args.have))
@@ -151,6 +157,8 @@ def install(args: argparse.Namespace) -> None:
         print(f"join {', '.join(p.name for p in parts)}; unpack into {wheels}")
         print(shlex.join(command))
         return
+    if wheels.is_dir() and any(wheels.iterdir()):
+        raise SystemExit(f"wheelhouse: --into {wheels} is not empty: give a new or empty folder")
     wheels.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:xz") as tar:
         tar.extractall(wheels, filter="data")

@@ -331,6 +331,12 @@ def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, mo
     assert ("pip download 'ray[default,data,train,tune]==2.60.0' pyyaml matplotlib --only-binary=:all: "
             "--python-version 3.12") in out
     assert f"join {', '.join(p.name for p in parts)}" in out and not (tmp_path / "u2").exists() and len(ran) == 1
+    # Neither deletes nor replaces files it did not make.
+    with pytest.raises(SystemExit, match=f"{house} holds files this script did not make"):
+        wheelhouse.main(["build", "--out", str(house), "--have", "numpy"])
+    with pytest.raises(SystemExit, match=f"--into {tmp_path / 'unpacked'} is not empty"):
+        wheelhouse.main(["install", str(parts[0]), "--into", str(tmp_path / "unpacked")])
+    assert len(ran) == 1 and (house / wheel.name).exists()
 
 
 @pytest.mark.ray

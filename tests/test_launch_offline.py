@@ -73,3 +73,11 @@ def test_fit_publishes_the_final_checkpoints_outputs(monkeypatch, tmp_path):
     assert out.metrics == {"test_value_acc": 0.5} and out.checkpoint == str(final) and out.error is None
     assert (tmp_path / "storage" / "run" / "best" / "weights.pt").read_bytes() == b"w"
     assert json.loads((tmp_path / "storage" / "run" / "results.json").read_text()) == {"test_value_acc": 0.5}
+    # Published again over the first (a re-run of a finished run), and over a publish killed midway:
+    # the new copy, whole, and nothing left beside it.
+    (final / "best" / "weights.pt").write_bytes(b"w2")
+    (tmp_path / "storage" / "run" / ".best.new").mkdir()
+    launch.fit(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "storage"))
+    run = tmp_path / "storage" / "run"
+    assert (run / "best" / "weights.pt").read_bytes() == b"w2"
+    assert sorted(p.name for p in run.iterdir()) == ["best", "checkpoint_000003", "results.json"]

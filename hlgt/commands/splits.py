@@ -9,6 +9,7 @@ import sys
 from hlgt.commands.cli import run_command
 from hlgt.data.problems import read_problems
 from hlgt.data.splits import FILES, MAWPS_FOLD_FILES, folds_json, make_mawps_folds, require_file, resolve_data_dir
+from hlgt.storage import write_text
 
 PROG = "hlgt-splits"
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     for scheme, out in MAWPS_FOLD_FILES.items():
         spec = make_mawps_folds(problems, scheme=scheme)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(folds_json(spec), encoding="utf-8")
+        write_text(out, folds_json(spec))  # whole: a build may be reading the folds
         print(f"wrote {out}: {spec['problems']} ids in {spec['n_folds']} folds ({scheme})")
     return 0
 

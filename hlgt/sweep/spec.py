@@ -16,7 +16,7 @@ from typing import Any
 from hlgt.config import ABLATIONS, Config
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards
-from hlgt.storage import check_owned, claim, filesystem, is_uri, remove_owned, sole_writer
+from hlgt.storage import check_owned, claim, filesystem, is_uri, remove_owned, sole_writer, write_text
 from hlgt.sweep.space import describe
 
 # The spec is checked before torch loads (seconds): the solver's weight formats and the checkpoint's
@@ -215,9 +215,13 @@ def save_settings(spec: SweepSpec) -> None:
     claim(spec.root, "sweep", earlier=(SETTINGS_FILE,))
     if is_uri(spec.root):
         claim(str(spec.local_dir), "sweep", earlier=("results.*", SO_FAR))
+    text = json.dumps(settings(spec), indent=1)
+    if not is_uri(spec.root):
+        write_text(Path(spec.root) / SETTINGS_FILE, text)  # whole: a --so-far may read it meanwhile
+        return
     fs, root = filesystem(spec.root)
-    with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:
-        f.write(json.dumps(settings(spec), indent=1).encode("utf-8"))
+    with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:  # an object store replaces an object whole
+        f.write(text.encode("utf-8"))
 
 
 def check_removable(spec: SweepSpec) -> None:
@@ -232,10 +236,14 @@ def remove_earlier(spec: SweepSpec) -> None:
     """``--fresh``: remove what an earlier sweep of this name left (Tune state, checkpoints, W&B
     runs, results), so that every trial trains anew; only from folders the project made."""
     check_removable(spec)
-    if remove_owned(spec.root, "sweep", "--fresh"):
-        print(f"[sweep] --fresh: removed {spec.root}", flush=True)
-    if is_uri(spec.root):
-        remove_owned(str(spec.local_dir), "sweep", "--fresh")
+    # A --so-far of this sweep holds its folder's lock while it tests and writes records, which a
+    # fresh sweep would then take as tested.
+    busy = f"a --so-far is writing {spec.so_far_dir}: let it finish, then run --fresh again"
+    with sole_writer(str(spec.so_far_dir), busy) if spec.so_far_dir.is_dir() else contextlib.nullcontext():
+        if remove_owned(spec.root, "sweep", "--fresh"):
+            print(f"[sweep] --fresh: removed {spec.root}", flush=True)
+        if is_uri(spec.root):
+            remove_owned(str(spec.local_dir), "sweep", "--fresh")
 
 
 def build_shards(spec: SweepSpec, address: str | None = None, prebuilt: str | None = None) -> dict[int, str]:

@@ -100,18 +100,28 @@ def check_same_run(cfg: Config, saved: Mapping[str, Any] | None, run_dir: str | 
 
 
 def publish(checkpoint_dir: Path, run_dir: Path) -> None:
-    """Copy a finished run's outputs (best model, results, predictions, tables) into ``run_dir``."""
+    """Copy a finished run's outputs (best model, results, predictions, tables) into ``run_dir``,
+    each copied beside its place and renamed into it: a command reading ``best/`` meanwhile finds
+    the old copy or the new one, never half of one."""
     for name in OUTPUTS:
         src = Path(checkpoint_dir) / name
         dst = Path(run_dir) / name
         if not src.exists():
             continue
-        if dst.is_dir():
-            shutil.rmtree(dst)
+        new, old = dst.with_name(f".{name}.new"), dst.with_name(f".{name}.old")
+        for leftover in (new, old):  # a publish killed midway
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            leftover.unlink(missing_ok=True)
         if src.is_dir():
-            shutil.copytree(src, dst)
+            shutil.copytree(src, new)
+            if dst.is_dir():
+                dst.rename(old)
+            new.rename(dst)
+            shutil.rmtree(old, ignore_errors=True)
         else:
-            shutil.copy2(src, dst)
+            shutil.copy2(src, new)
+            new.replace(dst)
 
 
 def _metrics_record(line: bytes) -> dict | None:
