@@ -48,7 +48,7 @@ from hlgt.data.schema import to_row
 from hlgt.data.splits import SPLITS, find_problem, resolve_data_dir
 from hlgt.data.srl import AnnotationError, AnnotatorLoadError, make_annotator
 from hlgt.draw import EDGE_COLOURS, NODE_COLOURS, Edge, Node, esc, graph_svg, tree_svg
-from hlgt.expr import OPS, ExprError, eval_prefix, prefix_to_infix, values_match
+from hlgt.expr import OPS, ExprError, eval_prefix, infix_with_numbers, values_match
 from hlgt.pages import MARKER, check_page_file
 from hlgt.storage import write_text
 
@@ -209,11 +209,12 @@ def _answer_section(row: Mapping[str, Any], decoded: Decoded | None) -> str:
         if gold is not None or math.isfinite(float(row["answer"])):
             right = value is not None and values_match(value, float(row["answer"]))
             verdict = ' <b class="right">right</b>' if right else ' <b class="wrong">wrong</b>'
-        lines.append(f"<p><b>model</b> x = {esc(_infix(best, numbers) or 'none found')}"
+        lines.append(f"<p><b>model</b> x = {esc(infix_with_numbers(best, numbers) or 'none found')}"
                      f" &nbsp; answer {esc(_shown(value))}{verdict}</p>")
         trees.append(("model's equation", best))
     if gold is not None or math.isfinite(float(row["answer"])):
-        gold_text = f"x = {_infix(gold, numbers)}" if gold is not None else "no equation the model can write"
+        gold_text = (f"x = {infix_with_numbers(gold, numbers)}" if gold is not None
+                     else "no equation the model can write")
         lines.append(f"<p><b>gold</b> {esc(gold_text)} &nbsp; answer {esc(_shown(float(row['answer'])))}</p>")
         if gold is not None:
             trees.append(("gold equation", gold))
@@ -229,8 +230,8 @@ def _answer_section(row: Mapping[str, Any], decoded: Decoded | None) -> str:
 
 
 def _candidates_table(decoded: Decoded, numbers: list[str], values: list[float]) -> str:
-    rows = "".join(f"<tr><td>{k + 1}</td><td>x = {esc(_infix(prefix, numbers))}</td><td><code>{esc(' '.join(prefix))}"
-                   f"</code></td><td>{score:.3f}</td><td>{math.exp(score):.3f}</td>"
+    rows = "".join(f"<tr><td>{k + 1}</td><td>x = {esc(infix_with_numbers(prefix, numbers))}</td>"
+                   f"<td><code>{esc(' '.join(prefix))}</code></td><td>{score:.3f}</td><td>{math.exp(score):.3f}</td>"
                    f"<td>{esc(_shown(_value(prefix, values)))}</td></tr>"
                    for k, (prefix, score) in enumerate(decoded.candidates))
     return (f'<h3>The beam\'s final candidates ({len(decoded.candidates)})</h3><p class="note">The finished '
@@ -238,17 +239,6 @@ def _candidates_table(decoded: Decoded, numbers: list[str], values: list[float])
             'live beam); the first is the answer.</p><table class="candidates">'
             "<tr><th>#</th><th>equation</th><th>prefix</th><th>log-probability</th><th>probability</th>"
             f"<th>answer</th></tr>{rows}</table>")
-
-
-def _infix(prefix: Sequence[str] | None, numbers: Sequence[str]) -> str:
-    """A prefix as infix with the quantities as written (``hlgt.inference.infix_with_numbers``)."""
-    if not prefix:
-        return ""
-    tokens = [numbers[int(t[1:])] if _slot(t, len(numbers)) else t for t in prefix]
-    try:
-        return prefix_to_infix(tokens)
-    except ExprError:
-        return " ".join(prefix)
 
 
 def _slot(token: str, n: int) -> bool:

@@ -1,4 +1,5 @@
-"""Equations: tokenising raw infix, infix <-> prefix, exact evaluation, answer parsing.
+"""Equations: tokenising raw infix, infix <-> prefix, exact evaluation, answer parsing, and a
+prefix with its slots read as the numbers written (``numbers_written``, ``infix_with_numbers``).
 
 Every stage that touches an equation goes through this file: the data verifier keeps a problem
 only when its equation evaluates to its answer (``values_match``), the shard builder turns the
@@ -358,6 +359,22 @@ def prefix_to_infix(prefix: Sequence[str], associative: bool = False) -> str:
                 right = f"({right})"
             out.append(f"{left}{op}{right}")
     return out[0]
+
+
+def numbers_written(prefix: Sequence[str], num_texts: Sequence[str]) -> list[str]:
+    """``prefix`` with each slot ``Ni`` replaced by the number as written (a slot out of range stays)."""
+    return [num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
+            for t in prefix]
+
+
+def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
+    """A prefix equation as readable infix, each slot ``Ni`` replaced by the number as written."""
+    if not prefix:
+        return ""
+    try:
+        return prefix_to_infix(numbers_written(prefix, num_texts))
+    except ExprError:  # a malformed prediction is shown as the raw prefix it was
+        return " ".join(prefix)
 
 
 def _needs_brackets(child, op: str, side: str, associative: bool) -> bool:

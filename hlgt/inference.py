@@ -6,8 +6,7 @@ share:
 * ``load_model``: a ``best/`` folder written by training (``Solver.save`` plus
   ``run_config.json``) → the solver in eval mode and the flat run config it was trained with;
 * ``predict``: a solver's prefix equation for every shard row, decoded in batches;
-* ``infix_with_numbers`` and ``format_answer``: a prefix equation and its value as a person reads
-  them.
+* ``format_answer``: a value as a person reads it (the equation: ``hlgt.expr.infix_with_numbers``).
 
 A loaded model is shared by every caller in the process, so nothing here writes into it; the
 decoding settings a caller may change (beam size, ``bf16_inference``) are arguments.
@@ -22,7 +21,6 @@ import torch
 
 from hlgt.config import Config
 from hlgt.data.collate import collate
-from hlgt.expr import ExprError, prefix_to_infix
 from hlgt.model.solver import Solver, even_step, read_json_object
 
 RUN_CONFIG_FILE = "run_config.json"
@@ -103,22 +101,6 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
     finally:
         solver.train(was_training)
     return out
-
-
-def numbers_written(prefix: Sequence[str], num_texts: Sequence[str]) -> list[str]:
-    """``prefix`` with each slot ``Ni`` replaced by the number as written (a slot out of range stays)."""
-    return [num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
-            for t in prefix]
-
-
-def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
-    """A prefix equation as readable infix, each slot ``Ni`` replaced by the number as written."""
-    if not prefix:
-        return ""
-    try:
-        return prefix_to_infix(numbers_written(prefix, num_texts))
-    except ExprError:  # a malformed prediction is shown as the raw prefix it was
-        return " ".join(prefix)
 
 
 def format_answer(value: float) -> str:

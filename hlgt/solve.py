@@ -49,7 +49,7 @@ from hlgt.data.splits import LANGS
 from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
 from hlgt.explain import EMPTY_GRAPH, example_row
-from hlgt.expr import ExprError, eval_prefix
+from hlgt.expr import ExprError, eval_prefix, infix_with_numbers
 from hlgt.pages import PageFolder, check_page_file
 from hlgt.progress import Progress
 from hlgt.storage import replacing, write_text
@@ -117,7 +117,6 @@ def solve_rows(solver, flat: dict, rows: list[dict], beam_size: int | None = Non
 
 def solution(row: dict, prefix: list[str]) -> Solution:
     """A row's answer by a prefix equation, as the user reads it."""
-    from hlgt.inference import infix_with_numbers
 
     numbers = list(row["num_texts"])
     answer, error = None, None

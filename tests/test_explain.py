@@ -151,7 +151,7 @@ def test_expression_trees():
 
 
 def test_a_data_page_shows_the_gold_equation_and_what_the_rules_say():
-    from hlgt.inference import infix_with_numbers
+    from hlgt.expr import infix_with_numbers
 
     problem, _ = find_problem("sample", "zh-06")
     example = to_example(problem)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hlgt import inference
-from hlgt.inference import format_answer, infix_with_numbers, load_model, predict, run_config
+from hlgt.expr import infix_with_numbers
+from hlgt.inference import format_answer, load_model, predict, run_config
 
 
 def test_infix_substitutes_numbers():

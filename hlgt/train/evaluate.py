@@ -56,8 +56,8 @@ from hlgt import explain
 from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
 from hlgt.draw import bar_chart
-from hlgt.expr import ExprError, eval_prefix, values_match
-from hlgt.inference import infix_with_numbers, numbers_written, predict
+from hlgt.expr import ExprError, eval_prefix, infix_with_numbers, numbers_written, values_match
+from hlgt.inference import predict
 from hlgt.pages import PageFolder
 from hlgt.storage import replacing, write_text
 
