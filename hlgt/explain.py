@@ -48,7 +48,7 @@ from hlgt.data.schema import to_row
 from hlgt.data.splits import SPLITS, find_problem, resolve_data_dir
 from hlgt.data.srl import AnnotationError, AnnotatorLoadError, make_annotator
 from hlgt.draw import EDGE_COLOURS, NODE_COLOURS, Edge, Node, esc, graph_svg, tree_svg
-from hlgt.expr import OPS, ExprError, eval_prefix, infix_with_numbers, values_match
+from hlgt.expr import OPS, ExprError, eval_prefix, infix_with_numbers, slot_index, values_match
 from hlgt.pages import MARKER, check_page_file
 from hlgt.storage import write_text
 
@@ -241,10 +241,6 @@ def _candidates_table(decoded: Decoded, numbers: list[str], values: list[float])
             f"<th>answer</th></tr>{rows}</table>")
 
 
-def _slot(token: str, n: int) -> bool:
-    return token[:1] == "N" and token[1:].isdigit() and int(token[1:]) < n
-
-
 def _value(prefix: Sequence[str], values: Sequence[float]) -> float | None:
     try:
         return eval_prefix(prefix, values) if prefix else None
@@ -259,8 +255,9 @@ def _shown(value: float | None) -> str:
 
 
 def _leaf(token: str, numbers: Sequence[str]) -> tuple[str, str]:
-    if _slot(token, len(numbers)):
-        return numbers[int(token[1:])], NODE_COLOURS["number"]
+    i = slot_index(token, len(numbers))
+    if i is not None:
+        return numbers[i], NODE_COLOURS["number"]
     return token, CONSTANT_COLOUR
 
 

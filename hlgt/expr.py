@@ -361,10 +361,15 @@ def prefix_to_infix(prefix: Sequence[str], associative: bool = False) -> str:
     return out[0]
 
 
+def slot_index(token: str, n: int) -> int | None:
+    """i for a slot token ``Ni`` with i < n, else None."""
+    return int(token[1:]) if token[:1] == "N" and token[1:].isdigit() and int(token[1:]) < n else None
+
+
 def numbers_written(prefix: Sequence[str], num_texts: Sequence[str]) -> list[str]:
     """``prefix`` with each slot ``Ni`` replaced by the number as written (a slot out of range stays)."""
-    return [num_texts[int(t[1:])] if t[:1] == "N" and t[1:].isdigit() and int(t[1:]) < len(num_texts) else t
-            for t in prefix]
+    slots = [slot_index(t, len(num_texts)) for t in prefix]
+    return [t if i is None else num_texts[i] for t, i in zip(prefix, slots)]
 
 
 def infix_with_numbers(prefix: Sequence[str] | None, num_texts: Sequence[str]) -> str:
