@@ -7,7 +7,10 @@ storage is (``filesystem``); a folder written locally is copied to such a URI wi
 
 Two commands writing one local folder at once (a shard folder's splits, a run's checkpoints, a
 sweep's trials) would mix their files: a lock file beside the folder keeps them apart
-(``exclusive``: a shard build waits; ``sole_writer``: a run or a sweep is refused).
+(``exclusive``: a shard build waits; ``sole_writer``: a run or a sweep is refused). A command that
+reads a folder for long (a training its shards) holds a second lock file beside it shared
+(``reading``), and a command that would replace those files is refused meanwhile
+(``not_being_read``).
 
 A file a command writes for the user (answers, predictions, tables, a manifest) is replaced whole
 or not at all: it is written under a unique temporary name in its own folder and renamed over the
@@ -177,25 +180,73 @@ def remove_owned(root: str, kind: str, flag: str) -> bool:
 
 
 @contextlib.contextmanager
+def _flock(path: Path, mode: int, busy: Callable[[], None]) -> Iterator[None]:
+    """Hold the lock file ``path`` in ``mode`` (shared or exclusive); when another command holds
+    it the other way, ``busy()`` runs first (it may raise instead of waiting)."""
+    with open(path, "a+") as lock:
+        try:
+            fcntl.flock(lock, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            busy()
+            fcntl.flock(lock, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def exclusive(out: Path, busy: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold the lock of folder ``out`` (a lock file beside it): two commands writing the same
     folder at once (a shard folder's partial splits, a run's checkpoints) would mix their files.
     When another command holds it, ``busy()`` runs first (it may raise instead of waiting); by
     default a shard build says it waits."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if busy is None:
-                print(f"[build] waiting for another command building {out}", flush=True)
-            else:
-                busy()
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def say_wait() -> None:
+        print(f"[build] waiting for another command building {out}", flush=True)
+
+    with _flock(out.parent / f".{out.name}.lock", fcntl.LOCK_EX, busy or say_wait):
+        yield
+
+
+def _readers_lock(folder: Path) -> Path:
+    return folder.parent / f".{folder.name}.readers"
+
+
+@contextlib.contextmanager
+def reading(folder: Path) -> Iterator[None]:
+    """A shared hold on ``folder`` while a command reads its files, which a training does for
+    hours (its shards each epoch, its test rows at the end): ``not_being_read`` is refused
+    meanwhile, so nothing replaces the files under it. While another command replaces them, this
+    one waits, saying so. Where no lock file can be made beside the folder (read-only storage),
+    no command can replace the files either: nothing is held."""
+    lock: Path | None = _readers_lock(folder)
+    try:
+        open(lock, "a+").close()
+    except OSError:
+        lock = None
+    if lock is None:
+        yield
+        return
+
+    def say_wait() -> None:
+        print(f"[shards] waiting for another command replacing {folder}", flush=True)
+
+    with _flock(lock, fcntl.LOCK_SH, say_wait):
+        yield
+
+
+@contextlib.contextmanager
+def not_being_read(folder: Path, busy_message: str) -> Iterator[None]:
+    """The sole hold on ``folder`` while a command deletes or replaces files that readers
+    (``reading``) may be using; ``OSError(busy_message)`` while any command reads it."""
+
+    def refuse() -> None:
+        raise OSError(busy_message)
+
+    with _flock(_readers_lock(folder), fcntl.LOCK_EX, refuse):
+        yield
 
 
 def sole_writer(folder: str, busy_message: str) -> contextlib.AbstractContextManager:

@@ -302,3 +302,50 @@ def test_two_commands_building_the_same_folder_at_once_both_succeed(tmp_path):
     manifest = load_manifest(folder)
     assert len(load_rows(folder, "train")) == manifest["splits"]["train"]["kept"] > 0
     assert sum("annotated" in out for out in outs) == 1  # built once
+
+
+def test_a_build_that_would_replace_shards_is_refused_while_a_command_reads_them(tmp_path, capsys):
+    import contextlib
+
+    from hlgt.data.shards import use_shards
+
+    out = build(SAMPLE, splits=["valid"], out=tmp_path / "shards", actors=0)
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "valid").iterdir()}
+    with contextlib.ExitStack() as held:
+        use_shards(SAMPLE, out, held)
+        busy = rf"{out} is being read by a running command .*another folder .*data.shards_dir=DIR"
+        with pytest.raises(OSError, match=busy):
+            build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)
+        assert {p.name: p.stat().st_mtime_ns for p in (out / "valid").iterdir()} == before
+        build(SAMPLE, splits=["valid"], out=out, actors=0)  # reused: nothing replaced, so allowed
+        assert "reusing" in capsys.readouterr().out
+        build(SAMPLE, splits=["test"], out=out, actors=0)  # a new split beside it replaces nothing either
+        assert load_rows(out, "valid") and load_rows(out, "test")
+        with contextlib.ExitStack() as second:  # a second reader shares the hold
+            use_shards(SAMPLE, out, second)
+    build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)  # the reader has ended
+    assert "building" in capsys.readouterr().out
+
+
+def test_a_reader_waits_for_a_build_replacing_the_shards(tmp_path, capsys):
+    import threading
+
+    from hlgt.storage import not_being_read
+
+    out = build(SAMPLE, splits=["valid"], out=tmp_path / "shards", actors=0)
+    rows = []
+    with not_being_read(out, "busy"):
+        reader = threading.Thread(target=lambda: rows.extend(load_rows(out, "valid")))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and not rows
+    reader.join(60)
+    assert len(rows) == load_manifest(out)["splits"]["valid"]["kept"] > 0
+    assert f"waiting for another command replacing {out}" in capsys.readouterr().out
+
+
+def test_a_folder_that_takes_no_lock_file_is_read_without_a_hold():
+    from hlgt.storage import reading
+
+    with reading(Path("/proc/self/shards")):  # no file can be made there, nor can shards be replaced
+        pass

@@ -452,3 +452,22 @@ def test_training_with_batches_planned_ahead_matches_training_inline(shards, tmp
     ahead = loop.train(tiny(), shards, run_dir=tmp_path / "ahead")
     assert [m[M.TRAIN_LOSS] for m in ahead.history] == [m[M.TRAIN_LOSS] for m in inline.history]
     assert ahead.metrics[M.TEST_VALUE_ACC] == inline.metrics[M.TEST_VALUE_ACC]
+
+
+def test_a_training_holds_its_shards_until_it_ends(shards, tmp_path, monkeypatch):
+    """It reads them every epoch and at its end: a build that would replace them meanwhile is refused."""
+    from hlgt.data.build import build
+    from hlgt.storage import not_being_read
+
+    refused = []
+
+    def train_while_a_rebuild_is_tried(cfg, folder, **kw):
+        with pytest.raises(OSError, match="is being read by a running command"):
+            build(cfg, out=folder, actors=0, force=True)
+        refused.append(folder)
+        return loop.TrainResult(metrics={}, history=[], checkpoint=None)
+
+    monkeypatch.setattr(loop, "train", train_while_a_rebuild_is_tried)
+    assert _command(shards, tmp_path) == 0 and refused
+    with not_being_read(shards, "still held"):  # the hold ended with the command
+        pass

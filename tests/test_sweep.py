@@ -946,3 +946,25 @@ def test_chart_range_shows_the_figures_with_a_margin_on_multiples_of_five():
     assert results.chart_range([1.0, 99.5]) == (0.0, 100.0)  # within 0-100
     assert results.chart_range([100.0, 100.0]) == (95.0, 100.0)  # never an empty axis
     assert results.chart_range([float("nan")]) == (0.0, 100.0)  # nothing to show
+
+
+def test_a_sweep_holds_its_shards_while_its_trials_read_them(tmp_path, monkeypatch):
+    from hlgt.data.build import ensure_shards
+    from hlgt.storage import not_being_read
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps")]
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    folder = ensure_shards(spec.centre.override({"data.shards_dir": str(tmp_path / "elsewhere")}))
+    held = []
+
+    def sweep_while_a_rebuild_is_tried(spec, address=None):
+        with pytest.raises(OSError, match="refused"):
+            with not_being_read(folder, "refused"):
+                pass
+        held.append(spec.shards)
+        return [{"runs": [1]}]
+
+    monkeypatch.setattr(command, "run_sweep", sweep_while_a_rebuild_is_tried)
+    assert command.main([*argv, "--shards", str(folder)]) == 0 and held
+    with not_being_read(folder, "still held"):  # the hold ended with the sweep
+        pass

@@ -61,6 +61,7 @@ runs it; the sweep itself lives in ``hlgt.sweep``, which Ray's workers import.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -329,9 +330,10 @@ def so_far(spec: SweepSpec, args: argparse.Namespace) -> int:
     """``--so-far``: the tables of the sweep's finished trials, its settings checked as a re-run's."""
     check_saved_weights(spec)
     check_same_sweep(spec, must_exist=True)
-    spec.shards = build_shards(spec, address=args.address, prebuilt=args.shards)
-    with sole_writer(str(spec.so_far_dir), f"another --so-far is writing {spec.so_far_dir}: let it finish"):
-        rows, paper_tables, paths, notes = report_so_far(spec)
+    with contextlib.ExitStack() as held:
+        spec.shards = build_shards(spec, address=args.address, prebuilt=args.shards, held=held)
+        with sole_writer(str(spec.so_far_dir), f"another --so-far is writing {spec.so_far_dir}: let it finish"):
+            rows, paper_tables, paths, notes = report_so_far(spec)
     print(results_markdown(rows, spec.replicate_kind), flush=True)
     print(paper_tables, flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
@@ -349,13 +351,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh:
             raise ValueError("--so-far reports on a sweep as it is; --fresh would start it over")
         return so_far(spec, args)
-    with sole_sweep(spec):
+    with sole_sweep(spec), contextlib.ExitStack() as held:
         if args.fresh:
             check_removable(spec)
         else:
             check_saved_weights(spec)
             check_same_sweep(spec)
-        spec.shards = build_shards(spec, address=args.address, prebuilt=args.shards)
+        spec.shards = build_shards(spec, address=args.address, prebuilt=args.shards, held=held)
         if args.fresh:  # only once the shards are there: a bad --shards removes nothing
             remove_earlier(spec)
         save_settings(spec)

@@ -16,12 +16,14 @@ same key reuses the shards ("reusing ..."); a different key rebuilds everything 
 are reused or built one by one, and the manifest is written after each split, so an interrupted
 build keeps its finished splits. A build writes only into a folder it made (its marker,
 ``hlgt.storage``) and replaces only its manifest and shard files: a folder holding anything else is
-refused, naming what.
+refused, naming what. A build that would delete or replace shard files is refused while a command
+reads the folder (a training, a sweep: ``hlgt.storage.reading``), since they read it lazily.
 
 Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, no annotator).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -44,7 +46,7 @@ from hlgt.data.shards import MANIFEST, load_manifest, split_faults
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
 from hlgt.data.vocab import Vocab, words_read
 from hlgt.ray_session import start_ray
-from hlgt.storage import MARKER, claim, exclusive, folder_kind, write_text
+from hlgt.storage import MARKER, claim, exclusive, folder_kind, not_being_read, reading, write_text
 
 # Ray is imported where it is used: a `--no-ray` build runs without it.
 
@@ -250,14 +252,26 @@ def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bo
         return manifest, todo
     why = "--force" if force and (out / MANIFEST).exists() else _stale_reason(manifest, prepared)
     print(f"[build] building {out} ({why})", flush=True)
-    for split in SPLITS:
-        _remove_split(out / split)
     return None, splits
 
 
+def _replaces_files(out: Path, manifest: dict | None, todo: list[str]) -> bool:
+    """Whether building ``todo`` deletes or replaces shard files a reader may hold: a rebuild
+    (``manifest`` None) of a folder with splits, or a damaged split built again."""
+    return any((out / s).exists() for s in (SPLITS if manifest is None else todo))
+
+
+def _no_readers(out: Path) -> contextlib.AbstractContextManager:
+    return not_being_read(out, f"{out} is being read by a running command (a training or a sweep) and this build "
+                               "would replace its shards: let it finish, or build into another folder (hlgt-build "
+                               "--out DIR; training and sweeps: --set data.shards_dir=DIR)")
+
+
 def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | None = None, actors: int = 1,
-          address: str | None = None, force: bool = False, batch_size: int = BATCH_SIZE) -> Path:
-    """Build (or reuse) the shards of ``splits`` (default all); ``actors=0``: no Ray. Returns the folder."""
+          address: str | None = None, force: bool = False, batch_size: int = BATCH_SIZE,
+          held: contextlib.ExitStack | None = None) -> Path:
+    """Build (or reuse) the shards of ``splits`` (default all); ``actors=0``: no Ray. Returns the
+    folder; with ``held``, the folder's read hold (``hlgt.storage.reading``) is entered into it."""
     splits = list(splits or SPLITS)
     bad = [s for s in splits if s not in SPLITS]
     if bad:
@@ -270,51 +284,62 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
     with exclusive(out):  # a second command building the same folder waits, then reuses it
         _check_out_dir(out)
         manifest, todo = _splits_to_build(out, prepared, splits, force)
-        if not todo:
-            return out
-        manifest = manifest or _new_manifest(cfg, prepared)
-        claim(str(out), "shards")
-
-        # One pipeline for all splits to build: actors start, and load their model, once.
-        use_ray = actors > 0 or address is not None
-        tables = [input_table(prepared.examples[s], start) for s, start in zip(todo, _starts(prepared, todo))]
-        table = pa.concat_tables(tables)
-        print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, "
-              f"annotator {cfg.data.annotator}, "
-              f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
-        started_ray = start_ray(address, console=False, dashboard=False, cpus=max(actors, os.cpu_count() or 1),
-                                ship_package=True) if use_ray else False
-        results: Iterator[pa.Table] = iter(())
-        try:
-            if table.num_rows:
-                results = _annotation(cfg, table, max(actors, 1) if use_ray else 0, batch_size)
-            start, done = time.perf_counter(), 0
-            for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
-                result = _write_split(out, split, part, split_table.num_rows, first=done)
-                manifest["splits"][split] = _split_entry(prepared.counts[split], result)
-                seconds, done = time.perf_counter() - start, done + split_table.num_rows
-                manifest["build"] = {
-                    "seconds": round(time.perf_counter() - t0, 2),  # reading, cleaning, annotation, writing
-                    "annotation_seconds": round(seconds, 2),  # includes actor start and model load
-                    "problems_per_s": round(done / max(seconds, 1e-9), 2),
-                    "actors": max(actors, 1) if use_ray else 0,
-                    "address": address,
-                    "splits_built": todo,
-                }
-                _write_manifest(out, manifest)
-                s = manifest["splits"][split]
-                print(f"[build] {cfg.data.dataset} {split}: {s['kept']} rows in {len(s['shards'])} shard(s), "
-                      f"dropped {s['dropped'] or 0}", flush=True)
-            print(f"[build] annotated {table.num_rows} problems in {manifest['build']['annotation_seconds']} s "
-                  f"({manifest['build']['problems_per_s']} problems/s)", flush=True)
-        finally:
-            if hasattr(results, "close"):
-                results.close()  # a Ray Data iterator reports its end to Ray: while Ray still runs
-            if started_ray:
-                import ray
-
-                ray.shutdown()
+        if todo:
+            with _no_readers(out) if _replaces_files(out, manifest, todo) else contextlib.nullcontext():
+                _build_splits(cfg, out, prepared, manifest, todo, actors, address, batch_size, t0)
+        if held is not None:  # taken before another build may start: it finds this reader
+            held.enter_context(reading(out))
     return out
+
+
+def _build_splits(cfg: Config, out: Path, prepared: Prepared, manifest: dict | None, todo: list[str], actors: int,
+                  address: str | None, batch_size: int, t0: float) -> None:
+    """Annotate and write ``todo`` into ``out``, extending ``manifest`` (None: afresh, old splits cleared)."""
+    if manifest is None:
+        for split in SPLITS:
+            _remove_split(out / split)
+    manifest = manifest or _new_manifest(cfg, prepared)
+    claim(str(out), "shards")
+
+    # One pipeline for all splits to build: actors start, and load their model, once.
+    use_ray = actors > 0 or address is not None
+    tables = [input_table(prepared.examples[s], start) for s, start in zip(todo, _starts(prepared, todo))]
+    table = pa.concat_tables(tables)
+    print(f"[build] {cfg.data.dataset} {'+'.join(todo)}: {table.num_rows} problems, "
+          f"annotator {cfg.data.annotator}, "
+          f"{f'{max(actors, 1)} actor(s)' if use_ray else 'in-process'}", flush=True)
+    started_ray = start_ray(address, console=False, dashboard=False, cpus=max(actors, os.cpu_count() or 1),
+                            ship_package=True) if use_ray else False
+    results: Iterator[pa.Table] = iter(())
+    try:
+        if table.num_rows:
+            results = _annotation(cfg, table, max(actors, 1) if use_ray else 0, batch_size)
+        start, done = time.perf_counter(), 0
+        for split, part, split_table in zip(todo, _per_split(results, [t.num_rows for t in tables]), tables):
+            result = _write_split(out, split, part, split_table.num_rows, first=done)
+            manifest["splits"][split] = _split_entry(prepared.counts[split], result)
+            seconds, done = time.perf_counter() - start, done + split_table.num_rows
+            manifest["build"] = {
+                "seconds": round(time.perf_counter() - t0, 2),  # reading, cleaning, annotation, writing
+                "annotation_seconds": round(seconds, 2),  # includes actor start and model load
+                "problems_per_s": round(done / max(seconds, 1e-9), 2),
+                "actors": max(actors, 1) if use_ray else 0,
+                "address": address,
+                "splits_built": todo,
+            }
+            _write_manifest(out, manifest)
+            s = manifest["splits"][split]
+            print(f"[build] {cfg.data.dataset} {split}: {s['kept']} rows in {len(s['shards'])} shard(s), "
+                  f"dropped {s['dropped'] or 0}", flush=True)
+        print(f"[build] annotated {table.num_rows} problems in {manifest['build']['annotation_seconds']} s "
+              f"({manifest['build']['problems_per_s']} problems/s)", flush=True)
+    finally:
+        if hasattr(results, "close"):
+            results.close()  # a Ray Data iterator reports its end to Ray: while Ray still runs
+        if started_ray:
+            import ray
+
+            ray.shutdown()
 
 
 def _annotation(cfg: Config, table: pa.Table, actors: int, batch_size: int) -> Iterator[pa.Table]:
@@ -392,12 +417,14 @@ def _write_manifest(out: Path, manifest: dict) -> None:
     write_text(out / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
 
 
-def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0) -> Path:
-    """The shard folder of ``cfg`` for training: built when missing or stale, else reused.
+def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0,
+                  held: contextlib.ExitStack | None = None) -> Path:
+    """The shard folder of ``cfg`` for training: built when missing or stale, else reused; held for
+    reading in ``held`` (a training reads it until it ends).
 
     ``actors=0`` and no ``address`` annotate in this process (no Ray needed).
     """
-    return build(cfg, out=shards_path(cfg), actors=actors, address=address)
+    return build(cfg, out=shards_path(cfg), actors=actors, address=address, held=held)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,9 +4,12 @@ against a run's config. Needs pyarrow only: never Ray, never an annotator.
 A shard folder, as ``hlgt.data.build`` writes it, holds ``manifest.json`` (counts, cache key,
 vocabulary, and each split's shard files) and one folder per split of
 ``part-NNNNN.parquet`` files in the explicit schema of ``hlgt.data.schema``, checked on read.
+A command that reads a folder holds it for reading (``hlgt.storage.reading``): a build that would
+replace its files is refused meanwhile.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pyarrow.parquet as pq
 from hlgt.config import Config
 from hlgt.data.schema import SCHEMA_VERSION, check_schema
 from hlgt.data.vocab import Vocab
+from hlgt.storage import reading
 
 MANIFEST = "manifest.json"
 
@@ -57,7 +61,13 @@ def load_vocab(shards_dir: str | Path) -> Vocab:
 
 
 def load_rows(shards_dir: str | Path, split: str) -> list[dict]:
-    """Every row of one split, in order, as plain Python values."""
+    """Every row of one split, in order, as plain Python values; read under the folder's read
+    hold, so never half from a build that replaces them."""
+    with reading(Path(shards_dir)):
+        return _read_rows(shards_dir, split)
+
+
+def _read_rows(shards_dir: str | Path, split: str) -> list[dict]:
     manifest = load_manifest(shards_dir)
     if split not in manifest["splits"]:
         raise KeyError(f"{shards_dir} has no {split!r} split (built: {sorted(manifest['splits'])})")
@@ -88,14 +98,17 @@ def split_faults(shards_dir: str | Path, manifest: dict, split: str) -> list[str
     return faults
 
 
-def use_shards(cfg: Config, shards_dir: str | Path) -> Path:
-    """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator.
+def use_shards(cfg: Config, shards_dir: str | Path, held: contextlib.ExitStack | None = None) -> Path:
+    """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator;
+    with ``held``, its read hold (``hlgt.storage.reading``) is entered into it first.
 
     Not checked against the raw files (they may be absent); checked against ``cfg``: same schema
     version, dataset, fold (and MAWPS fold scheme and validation) and annotator, every listed shard
     present, a vocabulary.
     """
     out = Path(shards_dir)
+    if held is not None:
+        held.enter_context(reading(out))
     manifest = load_manifest(out)
     d = cfg.data
     mawps = d.dataset == "mawps"

@@ -246,15 +246,18 @@ def remove_earlier(spec: SweepSpec) -> None:
             remove_owned(str(spec.local_dir), "sweep", "--fresh")
 
 
-def build_shards(spec: SweepSpec, address: str | None = None, prebuilt: str | None = None) -> dict[int, str]:
+def build_shards(spec: SweepSpec, address: str | None = None, prebuilt: str | None = None,
+                 held: contextlib.ExitStack | None = None) -> dict[int, str]:
     """The shard folder of every fold the replicates use: ``prebuilt`` (``--shards``: one folder,
     or a pattern with ``{fold}`` for several folds; checked, never built), else built now unless
-    it exists."""
+    it exists; each held for reading in ``held`` (the trials read them until they end) when given."""
     folds = sorted({int(r["data.fold"]) for r in spec.replicates})
     if prebuilt is None:
-        return {fold: str(Path(ensure_shards(spec.centre.override({"data.fold": fold}), address=address)).resolve())
+        return {fold: str(Path(ensure_shards(spec.centre.override({"data.fold": fold}), address=address,
+                                             held=held)).resolve())
                 for fold in folds}
     if len(folds) > 1 and "{fold}" not in prebuilt:
         raise ValueError(f"--shards {prebuilt} is one folder for folds {folds}: give a pattern with {{fold}}")
-    return {fold: str(use_shards(spec.centre.override({"data.fold": fold}), prebuilt.format(fold=fold)).resolve())
+    return {fold: str(use_shards(spec.centre.override({"data.fold": fold}), prebuilt.format(fold=fold),
+                                 held).resolve())
             for fold in folds}

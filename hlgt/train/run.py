@@ -55,10 +55,11 @@ def train_run(cfg: Config, name: str, shards: str | None = None, address: str | 
     if not use_ray and is_uri(run_dir):
         raise ValueError(f"in process the run folder is on this machine, not {run_dir}: give --storage DIR, "
                          "or train with Ray")
-    with sole_trainer(run_dir):
+    # The shards are held for reading until the run ends: it reads them each epoch and at its end.
+    with sole_trainer(run_dir), contextlib.ExitStack() as held:
         if fresh:
             check_owned(run_dir, "run", "--fresh")  # before the shards: a refusal is immediate
-        folder = use_shards(cfg, shards) if shards else ensure_shards(cfg, address=address)
+        folder = use_shards(cfg, shards, held) if shards else ensure_shards(cfg, address=address, held=held)
         print(f"[train] {name}: {cfg.data.dataset} shards {folder}; "
               f"{'Ray Train, %d worker(s)' % cfg.train.workers if use_ray else 'in process'}", flush=True)
         if fresh and remove_owned(run_dir, "run", "--fresh"):
