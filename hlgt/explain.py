@@ -137,7 +137,7 @@ def page(row: Mapping[str, Any], variant: str, *, decoded: Decoded | None = None
     body = [f"<header><h1>Problem {esc(row['id'])}</h1>{_about(about)}</header>"]
     if notice:
         body.append(f'<div class="notice"><b>{esc(notice_title)}:</b> {esc(notice)}</div>')
-    body.append(_text_section(row, graph, quantity))
+    body.append(_text_section(row, graph))
     body.append(_answer_section(row, decoded))
     body.append(_graph_section(graph, variant, names, quantity, line_graph))
     if decoded is not None:
@@ -180,7 +180,7 @@ def _about(about: Sequence[tuple[str, str]]) -> str:
     return "".join(f'<p class="about"><b>{esc(k)}</b> {esc(v)}</p>' for k, v in about)
 
 
-def _text_section(row: Mapping[str, Any], graph: Graph | None, quantity: Sequence[int]) -> str:
+def _text_section(row: Mapping[str, Any], graph: Graph | None) -> str:
     slot = {p: i for i, p in enumerate(row["num_pos"])}
     node_at: dict[int, int] = {}
     if graph is not None:

@@ -199,10 +199,11 @@ class Request:
 
 def read_requests(path: str | Path, notes: list[str] | None = None) -> Iterator[Request]:
     """A ``--file``'s lines as requests, read one at a time (on ``\n`` only: a raw U+2028 inside a
-    string is no line break): JSON objects with ``text`` and an optional ``id`` (a string or a
-    number; default: the line number). A line that is not such an object gets an error naming the
-    file and line, blank lines nothing; a repeated id is made unique, with a note in ``notes``. The
-    file is checked now: one whose first line is not UTF-8 text is no JSON Lines file at all."""
+    string is no line break): JSON objects with ``text`` (or ``original_text``, the datasets' name
+    for it) and an optional ``id`` (a string or a number; default: the line number). A line that is
+    not such an object gets an error naming the file and line, blank lines nothing; a repeated id is
+    made unique, with a note in ``notes``. The file is checked now: one whose first line is not
+    UTF-8 text is no JSON Lines file at all."""
     path = Path(path)
     with path.open("rb") as f:
         first = next((line for line in f if line.strip()), b"").removeprefix(b"\xef\xbb\xbf")
@@ -235,10 +236,12 @@ def _requests(path: Path, notes: list[str]) -> Iterator[Request]:
             unique = ids.take(str(pid))
             if unique != str(pid):
                 notes.append(f"{where}: id {str(pid)!r} repeats an earlier line's: answered as {unique!r}")
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                yield Request(where, unique, None, f"{where}: not an object with a \"text\" string")
+            text = record.get("text", record.get("original_text")) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                yield Request(where, unique, None, f"{where}: not an object with a \"text\" (or \"original_text\", "
+                                                   "as the datasets write it) string")
                 continue
-            yield Request(where, unique, record["text"], None)
+            yield Request(where, unique, text, None)
 
 
 def check_out(in_path: str | Path, out_path: str | Path) -> None:

@@ -76,7 +76,6 @@ def filesystem(root: str):
     return pyarrow.fs.FileSystem.from_uri(root if is_uri(root) else str(Path(root).resolve()))
 
 
-
 MARKER = ".hlgt-folder"
 KINDS = ("run", "sweep", "shards", "curve")
 

@@ -57,7 +57,7 @@ def test_pairs_by_problem_id_and_pools(tmp_path):
     assert [(r.right_a, r.right_b, r.only_a, r.only_b) for r in equation] == [(1, 2, 1, 2)]
 
 
-def test_different_problems_or_counts_are_errors(tmp_path, capsys):
+def test_different_problems_or_counts_are_errors(tmp_path):
     a = write(tmp_path / "a.jsonl", [("x", True, True), ("y", True, True)])
     b = write(tmp_path / "b.jsonl", [("x", True, True), ("w", True, True)])
     with pytest.raises(ValueError, match="different problems"):

@@ -56,6 +56,17 @@ def test_the_out_folder_is_a_curve_folder_never_a_runs_or_a_users(tmp_path, monk
     assert (run / "full" / "metrics.jsonl").read_text() == "a trained run's\n" and not any((mine / "full").iterdir())
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_without_out_the_runs_are_trained_in_a_temporary_folder_removed_after(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path / "storage"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    assert main([*TINY, "--ablation", "gts", "--epochs", "1"]) == 0
+    assert not any((tmp_path / "tmp").iterdir())
+
+
 def test_arms_are_checked_before_any_work():
     assert parse_arms("gts, full+train.grad_clip=5") == ["gts", "full+train.grad_clip=5"]
     assert parse_arms("all") == list(C.ABLATIONS)

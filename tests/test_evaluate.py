@@ -239,7 +239,7 @@ def test_a_rewrite_cut_short_leaves_the_earlier_predictions(tmp_path, scored, mo
                                                           "predictions_test.jsonl"]
 
 
-def test_a_full_disk_names_the_file(tmp_path, scored):
+def test_a_full_disk_names_the_file(tmp_path):
     """A write that fails (here past RLIMIT_FSIZE, as on a full disk) names the file it was writing."""
     import subprocess
     import sys
@@ -288,7 +288,7 @@ def test_a_file_of_odd_records_is_scored_around_them_naming_file_and_line(model_
         assert f"[evaluate] {note}" in out
 
 
-def test_a_file_is_prepared_a_chunk_at_a_time_with_the_same_rows(model_dir, tmp_path):
+def test_a_file_is_prepared_a_chunk_at_a_time_with_the_same_rows(model_dir):
     import hlgt.data.splits as splits
     from hlgt.data.annotate import FileCounts, file_chunks
 

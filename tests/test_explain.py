@@ -29,7 +29,7 @@ class PageParts(HTMLParser):
 
     def __init__(self, page: str):
         super().__init__(convert_charrefs=True)
-        self.nodes, self.edges, self.urls, self.attention_rows = [], [], [], 0
+        self.nodes, self.edges, self.urls = [], [], []
         self.group, self.text, self.script = None, None, None
         self.data = None
         self.feed(page)

@@ -133,14 +133,16 @@ def test_a_file_of_problems_is_solved_in_order_with_an_error_entry_per_bad_line(
         "",
         json.dumps({"text": EN}),  # no id: the line number
         json.dumps({"id": "c"}),  # no text
+        json.dumps({"id": "d", "original_text": EN}),  # a dataset's record: its text is read
     ]) + "\n", encoding="utf-8")
     out = tmp_path / "answers.jsonl"
     assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(out)]) == 0
     answers = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert [a["id"] for a in answers] == ["a", "2", "b", "5", "c"]
+    assert [a["id"] for a in answers] == ["a", "2", "b", "5", "c", "d"]
     assert set(answers[0]) >= {"id", "equation", "answer"} or "does not evaluate" in answers[0]["error"]
     assert "not JSON" in answers[1]["error"] and "no quantities" in answers[2]["error"]
-    assert "equation" in answers[3] and '"text" string' in answers[4]["error"]
+    assert "equation" in answers[3] and '"text" (or "original_text"' in answers[4]["error"]
+    assert {k: answers[5][k] for k in ("equation", "answer")} == {k: answers[3][k] for k in ("equation", "answer")}
     assert "[solve] " in capsys.readouterr().out and sorted(p.name for p in tmp_path.iterdir()) == [
         "answers.jsonl", "problems.jsonl"]  # no temporary file left
     # The same problem alone and in the file: the same equation (batching changes nothing).

@@ -309,7 +309,7 @@ def test_a_sweep_saved_by_another_weights_format_stops_before_ray_and_fresh_star
     remove_earlier(spec)  # nothing to remove: no error
 
 
-def test_a_sweep_trains_on_prebuilt_shards(tmp_path, capsys):
+def test_a_sweep_trains_on_prebuilt_shards(tmp_path):
     from hlgt.data.build import ensure_shards
     from hlgt.sweep.spec import build_shards
 

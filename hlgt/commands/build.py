@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-const-freq", type=non_negative_int, default=None)
     p.add_argument("--min-word-freq", type=non_negative_int, default=None)
     p.add_argument("--shards-dir", default=None, help="parent of the default output folder (config data.shards_dir)")
-    p.add_argument("--out", default=None,
-                   help="output folder (default <shards-dir>/<dataset>[-graph2tree][-novalid][-fold<k>]-<annotator>)")
+    p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-<fold scheme>]"
+                                               "[-novalid][-fold<k>]-<annotator>)")
     p.add_argument("--actors", type=_actor_list, default=[1],
                    help="annotation actors (default 1; 0 = in-process); with --bench a list such as 1,2")
     p.add_argument("--no-ray", action="store_true", help="annotate in this process (same as --actors 0)")
@@ -81,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     out = build(cfg, args.split, args.out, actors[0], args.address, args.force, args.batch_size)
     print(f"[build] done: {out / MANIFEST}")
     return 0
-
 
 
 def run() -> None:

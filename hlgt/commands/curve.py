@@ -12,11 +12,13 @@ other; an arm's result does not depend on which. Per epoch and arm it prints val
 accuracy, tree and comparison loss, the largest gradient norm of the whole model and of each part
 (``hlgt.metrics.MODEL_PARTS``) and the activation scales (``hlgt.metrics.ACTIVATIONS``), then the
 curves side by side. ``--out DIR`` keeps each arm's run folder and writes ``curve.json`` and
-``curve.md``. A measurement, not a test.
+``curve.md``; without it the runs are trained in a temporary folder, removed at the end. A
+measurement, not a test.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -100,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or max(1, cores // jobs)
     configs = {arm: arm_config(args, arm, threads) for arm in arms}
 
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="hlgt-curve-"))
-    with sole_writer(str(out), f"another command is writing {out}: let it finish, or give another --out"):
+    with contextlib.ExitStack() as stack:  # without --out the runs go to a temporary folder, removed after
+        out = Path(args.out) if args.out else Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="hlgt-curve-"))) / "runs"
+        stack.enter_context(sole_writer(str(out), f"another command is writing {out}: let it finish, or give "
+                                                  "another --out"))
         claim(str(out), "curve", earlier=("curve.json",))  # never a run's, a sweep's or a user's folder
         return curve(args, arms, configs, jobs, threads, out)
 

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
     p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
     p.add_argument("--file", default=None,
-                   help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir)")
+                   help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir); "
+                        "\"original_text\", as the datasets name it, is read as \"text\"")
     p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
     p.add_argument("--explain", default=None, metavar="PAGE",
                    help="also write the problem text as the model sees it to this HTML page (hlgt.explain)")

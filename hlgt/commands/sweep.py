@@ -39,7 +39,7 @@ best mean validation value accuracy; then its best checkpoint of every replicate
 on test. The sweep writes ``results.md`` (the arms' table, then the paper's Tables 2, 3 and 4 from
 the test predictions pooled over the replicates, with the paper's figures, each arm's difference to
 ``full``, the problems only one of the two solves and the exact McNemar p: ``hlgt/sweep/tables.py``),
-``results.csv`` (one row per arm and replicate), ``results.json`` and ``results.png`` (bars per
+``results.csv`` (one row per arm and replicate), ``results.json`` and ``results.png`` (a point per
 arm, mean ± std, the paper's figures marked) into ``<storage>/<name>/``, the table and the chosen models' folders
 (``--model`` of ``hlgt.solve`` and ``hlgt.train.evaluate``) also on the console, and, with W&B on,
 one summary run with the table and the best models' test predictions (each trial has its own run,
@@ -87,8 +87,8 @@ from hlgt.sweep.spec import (
 
 # pyyaml is imported when a --space file is read: the GPU machines lack it.
 
-# --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
 PROG = "hlgt-sweep"
+# --smoke-test: the whole path on the sample data in a few minutes on a laptop CPU.
 SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.lr_step": 8, "train.batch_size": 16,
          "train.eval_every": 3, "train.threads": 1, "model.embedding_size": 64, "model.hidden_size": 128,
          "model.beam_size": 3, "model.max_output_len": 20}
@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-failures", type=int, default=1,
                    help="retries of a failed trial, and of its training workers, before the trial counts as failed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    p.add_argument("--name", default=None, help="experiment name; re-run with the same name to resume")
+    p.add_argument("--name", default=None,
+                   help="sweep name, its folder under --storage; re-run with the same name to resume")
     p.add_argument("--fresh", action="store_true",
                    help="start the sweep of this name over: remove its earlier trials, checkpoints and results first")
     p.add_argument("--storage", default=None, help="results root (default $HLGT_STORAGE/sweeps, else runs/sweeps)")

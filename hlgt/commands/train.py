@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--no-ray", action="store_true", help="train in this process, without Ray")
-    p.add_argument("--name", default=None, help="run name (default <dataset>[-fold<k>]-<ablation>-seed<s>)")
+    p.add_argument("--name", default=None,
+                   help="run name (default <dataset>[-<fold scheme>][-novalid][-fold<k>]-<ablation>-seed<s>)")
     p.add_argument("--storage", default=None,
                    help="where the run folder <storage>/<name> goes, with Ray or without: sets train.out_dir "
                         "(default $HLGT_STORAGE/runs, else runs)")

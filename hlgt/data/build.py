@@ -87,7 +87,7 @@ def _display(path: Path, data_dir: str) -> str:
 
 
 def shards_path(cfg: Config) -> Path:
-    """``<data.shards_dir>/<dataset>[-graph2tree][-novalid][-fold<k>]-<annotator>``."""
+    """``<data.shards_dir>/<dataset>[-<fold scheme>][-novalid][-fold<k>]-<annotator>`` (``fold_tag``)."""
     d = cfg.data
     return Path(d.shards_dir) / f"{d.dataset}{fold_tag(d)}-{d.annotator}"
 
@@ -417,14 +417,12 @@ def _write_manifest(out: Path, manifest: dict) -> None:
     write_text(out / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
 
 
-def ensure_shards(cfg: Config, address: str | None = None, actors: int = 0,
-                  held: contextlib.ExitStack | None = None) -> Path:
+def ensure_shards(cfg: Config, address: str | None = None, held: contextlib.ExitStack | None = None) -> Path:
     """The shard folder of ``cfg`` for training: built when missing or stale, else reused; held for
-    reading in ``held`` (a training reads it until it ends).
-
-    ``actors=0`` and no ``address`` annotate in this process (no Ray needed).
+    reading in ``held`` (a training reads it until it ends). Annotated in this process (no Ray
+    needed), or by one actor of the Ray cluster at ``address``.
     """
-    return build(cfg, out=shards_path(cfg), actors=actors, address=address, held=held)
+    return build(cfg, out=shards_path(cfg), actors=0, address=address, held=held)
 
 
 # ---------------------------------------------------------------------------------------------

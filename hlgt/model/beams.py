@@ -29,7 +29,6 @@ class Pool:
         return ids
 
 
-
 @dataclass
 class Beams:
     """Beam search's rows, one per (problem, beam), problem-major ([B*K]): each row's prefix so far,

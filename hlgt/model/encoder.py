@@ -92,7 +92,7 @@ class Encoder(nn.Module):
             raise ValueError(f"model.encoder must be one of {ENCODERS}, got {cfg.encoder!r}")
         if cfg.hidden_size % cfg.heads:
             raise ValueError(f"model.hidden_size ({cfg.hidden_size}) must be divisible by model.heads ({cfg.heads})")
-        H = self.hidden = cfg.hidden_size
+        H = cfg.hidden_size
         self.kind = cfg.encoder
         self.num_node_types = len(NODE_TYPES) if cfg.node_type else 1
         self.embedding = nn.Embedding(vocab_size, cfg.embedding_size, padding_idx=0)

@@ -7,8 +7,8 @@ on padding) and the final states ``[2 * layers, B, H]``.
 
 Why not ``nn.GRU`` on the CPU: over a packed batch it projects the inputs one time step at a time
 (small matrix products) and its autograd graph has one node per step and gate, whose backward
-materialises a full-size gradient of the packed input projection at every step and adds them up:
-about a quarter of a training step of the GTS arm went into those fills and adds. Here:
+materialises a full-size gradient of the packed input projection at every step and adds them up,
+a large share of a training step of the GTS arm. Here:
 
 * rows are sorted by length and packed time-major (as ``PackedSequence`` does), the reverse
   direction packed from each sequence reversed within its length, so both directions share the

@@ -317,9 +317,9 @@ def _map_on_cpu_threads(fn, items: list, device: torch.device) -> list:
     each on its own Python thread with one torch thread (restored afterwards).
 
     Why: a beam search is hundreds of small operations per step, which torch does not spread over
-    threads (measured on 2 cores: a beam search takes about as long with 2 threads as with 1),
-    while independent searches run side by side (the same decoding ~20% faster in all). The
-    operations release the GIL; each search sets its own no-grad mode (thread-local)."""
+    threads (one search takes about as long with 2 threads as with 1), while independent searches
+    run side by side. The operations release the GIL; each search sets its own no-grad mode
+    (thread-local)."""
     threads = torch.get_num_threads()
     if device.type != "cpu" or threads < 2 or len(items) < 2:
         return [fn(x) for x in items]

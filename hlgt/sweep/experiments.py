@@ -165,9 +165,8 @@ def scheduler(kind: str, epochs: int):
 
 
 # Packing trials on one GPU: memory kept free, and what one process holds beyond the caching
-# allocator's reserve (its CUDA context, cuBLAS and cuDNN workspaces). Measured on an H200 (see
-# BENCHMARKS.md): training processes held 2.2-2.8 GiB in nvidia-smi where the probe's step on the
-# longest Math23K batch had allocated at most 1.49 GiB.
+# allocator's reserve (its CUDA context, cuBLAS and cuDNN workspaces), which the probe's step does
+# not see: a training process holds about 1 GiB more than the probe's peak (BENCHMARKS.md).
 GPU_MEMORY_MARGIN = 0.2
 CUDA_CONTEXT_BYTES = 2**30
 
@@ -243,7 +242,6 @@ def concurrency(spec: SweepSpec) -> int:
     ``--max-concurrent``, which may ask for more than the cluster holds now (an autoscaler adds
     nodes for the pending trials: the way to grow a cluster), with a note when it does."""
     import ray
-
 
     res = ray.cluster_resources()
     fit = trials_that_fit(spec, res)

@@ -118,9 +118,9 @@ def _ray_runtime(cfg: Config, vocab, splits: list[str]) -> loop.Runtime:
 
     def train_batches(epoch: int):
         # Each worker reads its own shard through Ray Data once (DataConfig splits "train" only,
-        # equal sizes, so every rank runs the same number of DDP steps) and keeps it: re-running
-        # the read pipeline every epoch cost seconds of each worker's CPU per epoch, and a full
-        # shuffle of the shard per epoch beats a local shuffle buffer.
+        # equal sizes, so every rank runs the same number of DDP steps) and keeps it: the read
+        # pipeline would otherwise run again every epoch, on the worker's CPU, and a full shuffle
+        # of the kept shard per epoch mixes better than a local shuffle buffer.
         if not shard_rows:
             shard_rows.extend(encode(read_rows("train"), vocab))
         return epoch_batches(shard_rows, vocab, cfg, epoch)

@@ -103,7 +103,6 @@ class WandbTracker(Tracker):
 
     def __init__(self, run) -> None:
         self._run = run
-        self.directory = Path(run.dir).parent  # .../wandb/offline-run-*/ (or run-*/ online)
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         self._run.log(dict(metrics), step=step)

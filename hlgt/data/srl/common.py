@@ -92,13 +92,11 @@ def check_local_model(model: str, backend: str) -> None:
                                  "model on a machine with a network and point the option at its folder")
 
 
-
 class Annotator(Protocol):
     name: str
     version: str
 
     def annotate(self, tokens: Sequence[str], lang: str) -> Annotation: ...
-
 
 
 def check_tokens(tokens: Sequence[str]) -> list[str]:
