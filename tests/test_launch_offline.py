@@ -48,6 +48,20 @@ def test_make_trainer_builds_the_run_without_starting_ray(shards, no_cluster, tm
     assert config["wandb_dir"] == str(tmp_path / "run")
 
 
+def test_without_a_validation_split_checkpoints_are_kept_by_recency(tmp_path, no_cluster):
+    """No report of such a run holds a score to rank checkpoints by (Ray would log an error for the
+    final one and rank it last): the latest are kept."""
+    from hlgt.data.build import build
+
+    cfg = Config.from_flat(TINY)
+    with_valid = launch.make_trainer(cfg, build(cfg, out=tmp_path / "all", actors=0), name="a",
+                                     storage=str(tmp_path))
+    assert with_valid.run_config.checkpoint_config.checkpoint_score_attribute == "val/value_acc"
+    without = launch.make_trainer(cfg, build(cfg, splits=["train", "test"], out=tmp_path / "novalid", actors=0),
+                                  name="b", storage=str(tmp_path))
+    assert without.run_config.checkpoint_config.checkpoint_score_attribute is None
+
+
 def test_make_trainer_refuses_a_folder_that_holds_no_shards(tmp_path, no_cluster):
     with pytest.raises(FileNotFoundError, match="python -m hlgt.data.build"):
         launch.make_trainer(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "runs"))

@@ -968,3 +968,24 @@ def test_a_sweep_holds_its_shards_while_its_trials_read_them(tmp_path, monkeypat
     assert command.main([*argv, "--shards", str(folder)]) == 0 and held
     with not_being_read(folder, "still held"):  # the hold ended with the sweep
         pass
+
+
+def test_a_trials_run_leaves_retries_to_tune(tmp_path, monkeypatch):
+    """Tune retries a failed trial --max-failures times, each resuming its run: the run itself
+    retries nothing, or a failure that repeats would run (max_failures + 1)^2 times."""
+    import contextlib
+
+    import ray.tune
+
+    from hlgt.sweep import experiments
+
+    argv = ["--smoke-test", "--storage", str(tmp_path / "sweeps"), "--max-failures", "3"]
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    spec.shards = {0: str(tmp_path / "shards")}
+    fits = []
+    monkeypatch.setattr(experiments.launch, "fit", lambda cfg, shards, **kw: fits.append(kw))
+    monkeypatch.setattr(experiments, "trial_slot", lambda spec: contextlib.nullcontext())
+    monkeypatch.setattr(ray.tune, "get_context", lambda: type("Context", (), {"get_trial_name": lambda self: "t"})())
+    monkeypatch.setattr("ray.tune.integration.ray_train.TuneReportCallback", lambda: "callback")
+    experiments.trial({"arm": "full", "sample": 0, "replicate": 0}, spec)
+    assert spec.max_failures == 3 and [kw["max_failures"] for kw in fits] == [0]

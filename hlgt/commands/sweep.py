@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent", type=non_negative_int, default=0,
                    help="trials at once (default: what the cluster fits)")
     p.add_argument("--max-failures", type=int, default=1,
-                   help="retries of a failed trial, and of its training workers, before the trial counts as failed")
+                   help="retries of a failed trial (its actor or a training worker lost), each from its last "
+                        "checkpoint, before it counts as failed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--name", default=None,
                    help="sweep name, its folder under --storage; re-run with the same name to resume")

@@ -6,9 +6,9 @@ without validation (a table: one configuration per arm, fifo) compares nothing, 
 arm's trials in one experiment (``<storage>/<name>/arms``), replicate after replicate, so that no
 CPU idles between arms while an arm's last replicates finish. An interrupted sweep resumes
 when re-run with the same name and storage: finished trials are kept, unfinished ones continue
-from their last checkpoint. A failed trial is retried within the run ``max_failures`` times
-before it counts as failed. ``run`` is the whole sweep: the experiments, then
-``hlgt.sweep.results``.
+from their last checkpoint. A failed trial (its actor or a training worker lost) is retried within
+the run ``max_failures`` times, from its last checkpoint, before it counts as failed. ``run`` is
+the whole sweep: the experiments, then ``hlgt.sweep.results``.
 """
 from __future__ import annotations
 
@@ -58,9 +58,12 @@ def trial(config: dict, spec: SweepSpec) -> None:
     cfg = Config.from_flat(spec.trial_flat(config["arm"], config["sample"], config["replicate"]))
     with trial_slot(spec):
         # The test split is left to the sweep, which evaluates each arm's chosen configuration once.
+        # A worker's failure fails the run and so the trial, which Tune retries (max_failures), each
+        # time resuming the run from its last checkpoint: retried at both levels, a failure that
+        # repeats would run (max_failures + 1)^2 times.
         launch.fit(cfg, spec.shards[cfg.data.fold], name=ray.tune.get_context().get_trial_name(),
                    storage=spec.train_storage, workers=spec.workers, cpus_per_worker=spec.cpus_per_worker,
-                   gpus_per_worker=spec.gpus_per_worker or None, keep=1, max_failures=spec.max_failures,
+                   gpus_per_worker=spec.gpus_per_worker or None, keep=1, max_failures=0,
                    callbacks=[TuneReportCallback()], group=spec.name, wandb_dir=spec.wandb_dir,
                    evaluate_test=False)
 

@@ -172,7 +172,7 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
         raise ValueError(f"no training rows in {shards_dir}")
     ray.data.DataContext.get_current().enable_progress_bars = False  # per-epoch bars drown the progress lines
     datasets = {s: ray.data.read_parquet(str(Path(shards_dir) / s)) for s in splits}
-    wandb_mode = tracking.prepare_environment(cfg.train.wandb)  # before fit(): workers read it at start
+    wandb_mode = tracking.prepare_environment(cfg.train.wandb)  # the workers take it from loop_config
     loop_config = {
         "cfg": cfg.to_flat(), "vocab": load_vocab(shards_dir).to_dict(), "shards_dir": str(shards_dir),
         "splits": splits, "run_name": name, "group": group, "wandb_mode": wandb_mode,
@@ -188,8 +188,11 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
             name=name,
             storage_path=storage,
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=M.VAL_VALUE_ACC,
-                                                         checkpoint_score_order="max"),
+            # Without a validation split no report holds a score (the final one names none), so
+            # checkpoints are kept by recency: the last epoch is the run's model then.
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=keep, checkpoint_score_attribute=M.VAL_VALUE_ACC if "valid" in splits else None,
+                checkpoint_score_order="max"),
             callbacks=callbacks or [],
         ),
         datasets=datasets,

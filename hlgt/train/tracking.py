@@ -65,7 +65,8 @@ def resolve_mode(enabled: bool) -> str:
 
 
 def prepare_environment(enabled: bool) -> str:
-    """Resolve the mode and export it as ``WANDB_MODE`` (Ray workers read it at start, so call before ``fit()``)."""
+    """Resolve the mode and export it as ``WANDB_MODE`` for this process (Ray Train does not pass the
+    variable on to its workers: they get the mode in their loop config)."""
     mode = resolve_mode(enabled)
     if mode != "disabled":
         os.environ["WANDB_MODE"] = mode
