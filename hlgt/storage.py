@@ -179,10 +179,10 @@ def remove_owned(root: str, kind: str, flag: str) -> bool:
 
 
 @contextlib.contextmanager
-def _flock(path: Path, mode: int, busy: Callable[[], None]) -> Iterator[None]:
+def _flock(path: Path, mode: int, busy: Callable[[], None], open_mode: str = "a+") -> Iterator[None]:
     """Hold the lock file ``path`` in ``mode`` (shared or exclusive); when another command holds
     it the other way, ``busy()`` runs first (it may raise instead of waiting)."""
-    with open(path, "a+") as lock:
+    with open(path, open_mode) as lock:
         try:
             fcntl.flock(lock, mode | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -205,12 +205,15 @@ def exclusive(out: Path, busy: Callable[[], None] | None = None) -> Iterator[Non
     def say_wait() -> None:
         print(f"[build] waiting for another command building {out}", flush=True)
 
-    with _flock(out.parent / f".{out.name}.lock", fcntl.LOCK_EX, busy or say_wait):
+    with _flock(_lock_file(out, "lock"), fcntl.LOCK_EX, busy or say_wait):
         yield
 
 
-def _readers_lock(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.readers"
+def _lock_file(folder: Path, kind: str) -> Path:
+    """``.<name>.<kind>`` beside ``folder``, the folder named as resolved: every spelling of it
+    (relative, through a symlink, ``.``) locks the same file."""
+    folder = folder.resolve()
+    return folder.parent / f".{folder.name}.{kind}"
 
 
 @contextlib.contextmanager
@@ -218,22 +221,32 @@ def reading(folder: Path) -> Iterator[None]:
     """A shared hold on ``folder`` while a command reads its files, which a training does for
     hours (its shards each epoch, its test rows at the end): ``not_being_read`` is refused
     meanwhile, so nothing replaces the files under it. While another command replaces them, this
-    one waits, saying so. Where no lock file can be made beside the folder (read-only storage),
-    no command can replace the files either: nothing is held."""
-    lock: Path | None = _readers_lock(folder)
-    try:
-        open(lock, "a+").close()
-    except OSError:
-        lock = None
-    if lock is None:
+    one waits, saying so. A lock file another user made is held through a read-only handle. Where
+    none can be made or opened beside the folder (read-only storage), no command can replace the
+    files either: nothing is held."""
+    lock = _lock_file(folder, "readers")
+    open_mode = _open_mode(lock)
+    if open_mode is None:
         yield
         return
 
     def say_wait() -> None:
         print(f"[shards] waiting for another command replacing {folder}", flush=True)
 
-    with _flock(lock, fcntl.LOCK_SH, say_wait):
+    with _flock(lock, fcntl.LOCK_SH, say_wait, open_mode):
         yield
+
+
+def _open_mode(lock: Path) -> str | None:
+    """How a reader opens ``lock``: to create it ("a+"), read-only where another user made it
+    ("r"), or None where neither works."""
+    for mode in ("a+", "r"):
+        try:
+            open(lock, mode).close()
+            return mode
+        except OSError:
+            continue
+    return None
 
 
 @contextlib.contextmanager
@@ -244,7 +257,7 @@ def not_being_read(folder: Path, busy_message: str) -> Iterator[None]:
     def refuse() -> None:
         raise OSError(busy_message)
 
-    with _flock(_readers_lock(folder), fcntl.LOCK_EX, refuse):
+    with _flock(_lock_file(folder, "readers"), fcntl.LOCK_EX, refuse):
         yield
 
 

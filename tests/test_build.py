@@ -325,6 +325,11 @@ def test_a_build_that_would_replace_shards_is_refused_while_a_command_reads_them
             use_shards(SAMPLE, out, second)
     build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)  # the reader has ended
     assert "building" in capsys.readouterr().out
+    (tmp_path / "link").symlink_to(out)  # the folder under another name: the same hold
+    with contextlib.ExitStack() as held:
+        use_shards(SAMPLE, tmp_path / "link", held)
+        with pytest.raises(OSError, match="is being read by a running command"):
+            build(SAMPLE, splits=["valid"], out=out, actors=0, force=True)
 
 
 def test_a_reader_waits_for_a_build_replacing_the_shards(tmp_path, capsys):
@@ -342,6 +347,30 @@ def test_a_reader_waits_for_a_build_replacing_the_shards(tmp_path, capsys):
     reader.join(60)
     assert len(rows) == load_manifest(out)["splits"]["valid"]["kept"] > 0
     assert f"waiting for another command replacing {out}" in capsys.readouterr().out
+
+
+def test_a_lock_file_another_user_made_is_held_read_only(tmp_path, monkeypatch):
+    """Its mode lets this user read it only: the hold is taken through a read-only handle."""
+    import builtins
+
+    from hlgt import storage
+
+    out = build(SAMPLE, splits=["valid"], out=tmp_path / "shards", actors=0)
+    lock = tmp_path / ".shards.readers"
+    lock.touch()
+    real_open = builtins.open
+
+    def as_another_user(file, mode="r", *args, **kwargs):
+        if Path(file) == lock and mode != "r":
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", as_another_user)
+    with storage.reading(out):
+        monkeypatch.setattr(builtins, "open", real_open)  # the builder: the lock file's owner
+        with pytest.raises(OSError, match="busy"):
+            with storage.not_being_read(out, "busy"):
+                pass
 
 
 def test_a_folder_that_takes_no_lock_file_is_read_without_a_hold():

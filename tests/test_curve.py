@@ -1,6 +1,7 @@
 """hlgt.train.curve runs end to end on the sample data: every arm, every epoch, every diagnostic
 column (the curves themselves are measurements for BENCHMARKS.md, never asserted)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,29 @@ def test_without_out_the_runs_are_trained_in_a_temporary_folder_removed_after(tm
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     assert main([*TINY, "--ablation", "gts", "--epochs", "1"]) == 0
     assert not any((tmp_path / "tmp").iterdir())
+
+
+def test_the_arms_train_with_their_shards_held(tmp_path, monkeypatch):
+    """Each arm reads the shards as it starts, perhaps hours after the first: a build that would
+    replace them meanwhile is refused."""
+    import hlgt.commands.curve as command
+    from hlgt.data.build import build
+
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    refused = []
+
+    def train_while_a_rebuild_is_tried(jobs_args, jobs):
+        (arm, cfg, shards, *_), = jobs_args.values()
+        with pytest.raises(OSError, match="is being read by a running command"):
+            build(cfg, out=shards, actors=0, force=True)
+        refused.append(shards)
+        return {arm: []}
+
+    monkeypatch.setattr(command, "train_arms", train_while_a_rebuild_is_tried)
+    monkeypatch.setattr(command, "curve_table", lambda histories: "")
+    monkeypatch.setattr(command, "curves_side_by_side", lambda histories: "")
+    assert main([*TINY, "--ablation", "gts", "--epochs", "1"]) == 0
+    assert [Path(s).name for s in refused] == ["sample-offline"]
 
 
 def test_arms_are_checked_before_any_work():

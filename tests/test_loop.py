@@ -471,3 +471,10 @@ def test_a_training_holds_its_shards_until_it_ends(shards, tmp_path, monkeypatch
     assert _command(shards, tmp_path) == 0 and refused
     with not_being_read(shards, "still held"):  # the hold ended with the command
         pass
+    # Shards the command builds (or reuses) itself are held the same way.
+    from hlgt.commands.train import main
+
+    sets = [f"{k}={v}" for k, v in {**TINY, "data.shards_dir": str(shards.parent)}.items() if k != "data.dataset"]
+    assert main(["--dataset", "sample", "--no-ray", "--storage", str(tmp_path / "built"),
+                 *[a for s in sets for a in ("--set", s)]]) == 0
+    assert refused[-1] == shards and len(refused) == 2

@@ -969,6 +969,15 @@ def test_a_sweep_holds_its_shards_while_its_trials_read_them(tmp_path, monkeypat
     with not_being_read(folder, "still held"):  # the hold ended with the sweep
         pass
 
+    def tables_while_a_rebuild_is_tried(spec):  # --so-far reads the test rows too
+        sweep_while_a_rebuild_is_tried(spec)
+        return [], "", {}, []
+
+    monkeypatch.setattr(command, "check_same_sweep", lambda spec, must_exist=False: None)
+    monkeypatch.setattr(command, "report_so_far", tables_while_a_rebuild_is_tried)
+    monkeypatch.setattr(command, "results_markdown", lambda rows, kind: "")
+    assert command.main([*argv, "--shards", str(folder), "--so-far"]) == 0 and len(held) == 2
+
 
 def test_a_trials_run_leaves_retries_to_tune(tmp_path, monkeypatch):
     """Tune retries a failed trial --max-failures times, each resuming its run: the run itself

@@ -55,6 +55,7 @@ so that no compilation is timed or counted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import dataclass
 
@@ -134,16 +135,17 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     refuse_flag_keys(overrides, FLAG_KEYS)
     arms = ablation_arms(args.ablation)
     cfg = Config.from_flat({**base, **overrides})
-    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-    vocab = load_vocab(shards)
-    train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
+    with contextlib.ExitStack() as held:  # the vocabulary and rows of the folder as it was checked
+        shards = use_shards(cfg, args.shards, held) if args.shards else ensure_shards(cfg, held=held)
+        vocab = load_vocab(shards)
+        train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None]
+        decode_rows = train_rows[args.limit: args.limit + args.decode_limit]
+        held_out = len(decode_rows)
+        if held_out < args.decode_limit:
+            decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
     rows = train_rows[: args.limit]
     if len(rows) < 2 * args.batch_size:
         raise ValueError(f"only {len(rows)} training rows: need at least two batches to time")
-    decode_rows = train_rows[args.limit: args.limit + args.decode_limit]
-    held_out = len(decode_rows)
-    if held_out < args.decode_limit:
-        decode_rows += load_rows(shards, "valid")[: args.decode_limit - held_out]
     if not decode_rows:
         raise ValueError("no held-out rows to decode")
     return _Inputs(args, arms, cfg, overrides, vocab, rows, decode_rows, held_out)

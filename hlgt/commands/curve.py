@@ -108,13 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         stack.enter_context(sole_writer(str(out), f"another command is writing {out}: let it finish, or give "
                                                   "another --out"))
         claim(str(out), "curve", earlier=("curve.json",))  # never a run's, a sweep's or a user's folder
-        return curve(args, arms, configs, jobs, threads, out)
+        return curve(args, arms, configs, jobs, threads, out, stack)
 
 
 def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config], jobs: int, threads: int,
-          out: Path) -> int:
+          out: Path, held: contextlib.ExitStack) -> int:
+    """Train the arms side by side, the shards held for reading in ``held`` (each arm reads them as it starts)."""
     first = configs[arms[0]]
-    shards = str(use_shards(first, args.shards) if args.shards else ensure_shards(first))
+    shards = str(use_shards(first, args.shards, held) if args.shards else ensure_shards(first, held=held))
     print(f"[curve] {args.dataset}: arms {', '.join(arms)}; the first {args.limit} training and "
           f"{args.val_limit} validation problems of {shards}; {args.epochs} epochs, seed {first.train.seed}, "
           f"batch {first.train.batch_size}; {jobs} at once, {threads} torch thread(s) each, {args.device}",

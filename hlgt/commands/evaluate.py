@@ -115,8 +115,9 @@ def _problems(args: argparse.Namespace, cfg: Config, solver, counts: FileCounts,
         return chunks, args.data, Progress(None, "evaluate")
     if args.data_dir:
         cfg = cfg.override({"data.data_dir": args.data_dir})
-    shards = use_shards(cfg, args.shards) if args.shards else ensure_shards(cfg)
-    rows = load_rows(shards, name)
+    with contextlib.ExitStack() as held:  # the rows of the folder as it was checked
+        shards = use_shards(cfg, args.shards, held) if args.shards else ensure_shards(cfg, held=held)
+        rows = load_rows(shards, name)
     return iter([rows]), f"{cfg.data.dataset} {name}", Progress(len(rows), "evaluate") if len(rows) >= 1000 else None
 
 
