@@ -217,16 +217,16 @@ def _lock_file(folder: Path, kind: str) -> Path:
 
 
 @contextlib.contextmanager
-def reading(folder: Path) -> Iterator[None]:
+def reading(folder: str | Path) -> Iterator[None]:
     """A shared hold on ``folder`` while a command reads its files, which a training does for
     hours (its shards each epoch, its test rows at the end): ``not_being_read`` is refused
     meanwhile, so nothing replaces the files under it. While another command replaces them, this
     one waits, saying so. A lock file another user made is held through a read-only handle. Where
     none can be made or opened beside the folder (read-only storage), no command can replace the
-    files either: nothing is held."""
-    lock = _lock_file(folder, "readers")
-    open_mode = _open_mode(lock)
-    if open_mode is None:
+    files either: nothing is held; nor for a URI (s3://...), whose users keep its names apart."""
+    lock = None if is_uri(folder) else _lock_file(Path(folder), "readers")
+    open_mode = _open_mode(lock) if lock is not None else None
+    if lock is None or open_mode is None:
         yield
         return
 

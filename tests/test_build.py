@@ -378,3 +378,42 @@ def test_a_folder_that_takes_no_lock_file_is_read_without_a_hold():
 
     with reading(Path("/proc/self/shards")):  # no file can be made there, nor can shards be replaced
         pass
+
+
+def test_shards_at_a_uri_are_built_locally_and_copied_up(tmp_path, sample_shards, capsys):
+    """A cluster's shared storage is a URI (s3://...; file:// here takes the same path through
+    pyarrow's filesystems): the shards land there, not in a local folder named after it."""
+    from hlgt.data.shards import use_shards
+
+    uri = f"file://{tmp_path}/bucket/processed/sample-offline"
+    assert build(SAMPLE, out=uri, actors=0) == uri
+    folder = tmp_path / "bucket" / "processed" / "sample-offline"
+    assert sorted(p.name for p in folder.iterdir()) == [".hlgt-folder", MANIFEST, "test", "train", "valid"]
+    assert not (tmp_path / "file:").exists() and "copied to" in capsys.readouterr().out
+    for split in SPLITS:
+        assert load_rows(uri, split) == load_rows(sample_shards, split)
+    assert load_manifest(uri)["key"] == load_manifest(sample_shards)["key"]
+    assert use_shards(SAMPLE, uri) == uri and load_vocab(uri).to_dict() == load_vocab(sample_shards).to_dict()
+    build(SAMPLE, out=uri, actors=0)
+    assert "reusing" in capsys.readouterr().out
+    (folder / "valid" / "part-00000.parquet").unlink()  # a damaged split: built again, the others kept
+    train = (folder / "train" / "part-00000.parquet").stat().st_mtime_ns
+    build(SAMPLE, out=uri, actors=0)
+    assert "building missing or damaged split(s) valid" in capsys.readouterr().out
+    assert load_rows(uri, "valid") == load_rows(sample_shards, "valid")
+    assert (folder / "train" / "part-00000.parquet").stat().st_mtime_ns == train
+    (folder / "test" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"test holds files that are not shards \(notes.txt\)"):
+        build(SAMPLE, out=uri, actors=0, force=True)
+    assert (folder / "test" / "notes.txt").exists()
+
+
+def test_the_default_shard_folder_on_uri_storage_is_under_it(tmp_path, monkeypatch):
+    from hlgt.data.build import ensure_shards
+
+    monkeypatch.setenv("HLGT_STORAGE", f"file://{tmp_path}/bucket")
+    monkeypatch.chdir(tmp_path)
+    folder = ensure_shards(Config.from_flat({"data.dataset": "sample"}))
+    assert folder == f"file://{tmp_path}/bucket/datasets/processed/sample-offline"
+    assert (tmp_path / "bucket" / "datasets" / "processed" / "sample-offline" / MANIFEST).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bucket"]  # no local folder named "file:"

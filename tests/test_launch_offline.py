@@ -62,6 +62,17 @@ def test_without_a_validation_split_checkpoints_are_kept_by_recency(tmp_path, no
     assert without.run_config.checkpoint_config.checkpoint_score_attribute is None
 
 
+def test_shards_at_a_uri_are_read_from_it(shards, no_cluster, tmp_path):
+    """On a cluster's URI storage (s3://..., file:// here) every node's Ray Data reads the URI."""
+    import shutil
+
+    shutil.copytree(shards, tmp_path / "bucket" / "shards")
+    uri = f"file://{tmp_path}/bucket/shards"
+    trainer = launch.make_trainer(Config.from_flat(TINY), uri, name="run", storage=str(tmp_path))
+    assert sorted(no_cluster) == [f"{uri}/{split}" for split in ("test", "train", "valid")]
+    assert trainer.train_loop_config["shards_dir"] == uri
+
+
 def test_make_trainer_refuses_a_folder_that_holds_no_shards(tmp_path, no_cluster):
     with pytest.raises(FileNotFoundError, match="python -m hlgt.data.build"):
         launch.make_trainer(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "runs"))

@@ -478,3 +478,10 @@ def test_a_training_holds_its_shards_until_it_ends(shards, tmp_path, monkeypatch
     assert main(["--dataset", "sample", "--no-ray", "--storage", str(tmp_path / "built"),
                  *[a for s in sets for a in ("--set", s)]]) == 0
     assert refused[-1] == shards and len(refused) == 2
+
+
+def test_a_training_reads_shards_at_a_uri(shards, tmp_path):
+    """A cluster's shared storage (s3://...; file:// here): the in-process loop reads it too."""
+    shutil.copytree(shards, tmp_path / "bucket" / "shards")
+    assert _command(f"file://{tmp_path}/bucket/shards", tmp_path / "runs", "--set", "train.epochs=1") == 0
+    assert json.loads((tmp_path / "runs" / "sample-full-seed1" / "results.json").read_text())["epoch"] == 1

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(actors) != 1:
         p.error("--actors takes one number when building (a list only with --bench)")
     out = build(cfg, args.split, args.out, actors[0], args.address, args.force, args.batch_size)
-    print(f"[build] done: {out / MANIFEST}")
+    print(f"[build] done: {str(out).rstrip('/')}/{MANIFEST}")
     return 0
 
 

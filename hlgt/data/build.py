@@ -17,7 +17,10 @@ are reused or built one by one, and the manifest is written after each split, so
 build keeps its finished splits. A build writes only into a folder it made (its marker,
 ``hlgt.storage``) and replaces only its manifest and shard files: a folder holding anything else is
 refused, naming what. A build that would delete or replace shard files is refused while a command
-reads the folder (a training, a sweep: ``hlgt.storage.reading``), since they read it lazily.
+reads the folder (a training, a sweep: ``hlgt.storage.reading``), since they read it lazily. A
+folder at a URI (``s3://...``: a cluster's shared storage, where ``$HLGT_STORAGE`` puts the default
+one) is built in a local temporary folder and copied up, the manifest last; it has no locks (its
+users keep names apart, as for runs and sweeps there).
 
 Reading shards back is ``hlgt.data.shards``, which needs pyarrow only (no Ray, no annotator).
 """
@@ -27,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -42,11 +46,22 @@ from hlgt.data.clean import MAX_TOKENS, clean_split
 from hlgt.data.graph import GRAPH_VARIANTS
 from hlgt.data.numbers import Example
 from hlgt.data.schema import SCHEMA_VERSION
-from hlgt.data.shards import MANIFEST, load_manifest, split_faults
+from hlgt.data.shards import MANIFEST, has_file, load_manifest, split_faults
 from hlgt.data.splits import MAWPS_FOLD_FILES, REPO_ROOT, SPLITS, read_split, resolve_data_dir, split_paths
 from hlgt.data.vocab import Vocab, words_read
 from hlgt.ray_session import start_ray
-from hlgt.storage import MARKER, claim, exclusive, folder_kind, not_being_read, reading, write_text
+from hlgt.storage import (
+    MARKER,
+    claim,
+    copy_folder,
+    exclusive,
+    filesystem,
+    folder_kind,
+    is_uri,
+    not_being_read,
+    reading,
+    write_text,
+)
 
 # Ray is imported where it is used: a `--no-ray` build runs without it.
 
@@ -86,10 +101,12 @@ def _display(path: Path, data_dir: str) -> str:
     return path.name
 
 
-def shards_path(cfg: Config) -> Path:
-    """``<data.shards_dir>/<dataset>[-<fold scheme>][-novalid][-fold<k>]-<annotator>`` (``fold_tag``)."""
+def shards_path(cfg: Config) -> str | Path:
+    """``<data.shards_dir>/<dataset>[-<fold scheme>][-novalid][-fold<k>]-<annotator>`` (``fold_tag``):
+    a local path, or a URI where ``data.shards_dir`` is one (the cluster's shared storage)."""
     d = cfg.data
-    return Path(d.shards_dir) / f"{d.dataset}{fold_tag(d)}-{d.annotator}"
+    name = f"{d.dataset}{fold_tag(d)}-{d.annotator}"
+    return f"{d.shards_dir.rstrip('/')}/{name}" if is_uri(d.shards_dir) else Path(d.shards_dir) / name
 
 
 def fold_tag(d: DataConfig) -> str:
@@ -226,17 +243,18 @@ def _remove_split(folder: Path) -> None:
     folder.rmdir()
 
 
-def _read_manifest(out: Path, force: bool) -> dict | None:
+def _read_manifest(out: str | Path, force: bool) -> dict | None:
     """The folder's manifest; None when there is none, or when ``force`` rebuilds a damaged one."""
     try:
-        return load_manifest(out) if (out / MANIFEST).exists() else None
+        return load_manifest(out) if has_file(out, MANIFEST) else None
     except ValueError:
         if force:
             return None
         raise
 
 
-def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bool) -> tuple[dict | None, list[str]]:
+def _splits_to_build(out: str | Path, prepared: Prepared, splits: list[str], force: bool
+                     ) -> tuple[dict | None, list[str]]:
     """Reuse or rebuild: the manifest to extend (None: start afresh, old splits cleared) and the
     splits still to build (none when every split is there under the same key)."""
     manifest = _read_manifest(out, force)
@@ -250,7 +268,7 @@ def _splits_to_build(out: Path, prepared: Prepared, splits: list[str], force: bo
             print(f"[build] {out}: same key, building missing or damaged split(s) {', '.join(todo)}{damage}",
                   flush=True)
         return manifest, todo
-    why = "--force" if force and (out / MANIFEST).exists() else _stale_reason(manifest, prepared)
+    why = "--force" if force and has_file(out, MANIFEST) else _stale_reason(manifest, prepared)
     print(f"[build] building {out} ({why})", flush=True)
     return None, splits
 
@@ -269,18 +287,21 @@ def _no_readers(out: Path) -> contextlib.AbstractContextManager:
 
 def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | None = None, actors: int = 1,
           address: str | None = None, force: bool = False, batch_size: int = BATCH_SIZE,
-          held: contextlib.ExitStack | None = None) -> Path:
+          held: contextlib.ExitStack | None = None) -> str | Path:
     """Build (or reuse) the shards of ``splits`` (default all); ``actors=0``: no Ray. Returns the
     folder; with ``held``, the folder's read hold (``hlgt.storage.reading``) is entered into it."""
     splits = list(splits or SPLITS)
     bad = [s for s in splits if s not in SPLITS]
     if bad:
         raise ValueError(f"unknown split(s) {bad}; choose from {list(SPLITS)}")
-    out = Path(out) if out is not None else shards_path(cfg)
+    out = out if out is not None else shards_path(cfg)
     t0 = time.perf_counter()
     prepared = prepare(cfg, splits)
     for note in prepared.notes:
         print(f"[build] note: {note}", flush=True)
+    if is_uri(out):
+        return _build_at_uri(cfg, str(out).rstrip("/"), prepared, splits, actors, address, force, batch_size, t0)
+    out = Path(out)
     with exclusive(out):  # a second command building the same folder waits, then reuses it
         _check_out_dir(out)
         manifest, todo = _splits_to_build(out, prepared, splits, force)
@@ -290,6 +311,50 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
         if held is not None:  # taken before another build may start: it finds this reader
             held.enter_context(reading(out))
     return out
+
+
+def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], actors: int, address: str | None,
+                  force: bool, batch_size: int, t0: float) -> str:
+    """Shards at a URI (a cluster's S3 storage): reused as a local folder is; else the splits to
+    build are built in a local temporary folder and copied up, each one's old shard files removed
+    first (a rebuild: every split's, and the old manifest before them), the manifest written last.
+    No lock: as for every folder at a URI, the cluster's users keep its names apart."""
+    manifest, todo = _splits_to_build(uri, prepared, splits, force)
+    if not todo:
+        return uri
+    claim(uri, "shards")  # a folder the project did not make is refused, nothing in it removed
+    fs, base = filesystem(uri)
+    if manifest is None and has_file(uri, MANIFEST):
+        fs.delete_file(f"{base}/{MANIFEST}")
+    for split in SPLITS if manifest is None else todo:
+        _remove_split_at(fs, f"{base}/{split}", f"{uri}/{split}")
+    with tempfile.TemporaryDirectory(prefix="hlgt-shards-") as stage:
+        local = Path(stage) / "shards"
+        _build_splits(cfg, local, prepared, None, todo, actors, address, batch_size, t0)
+        built = load_manifest(local)
+        if manifest is not None:  # the same key: the splits not built again stay as they are
+            built["splits"] = {**{s: e for s, e in manifest["splits"].items() if s not in todo}, **built["splits"]}
+        for split in todo:
+            copy_folder(local / split, f"{uri}/{split}")
+        with fs.open_output_stream(f"{base}/{MANIFEST}") as f:
+            f.write((json.dumps(built, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    print(f"[build] copied to {uri}", flush=True)
+    return uri
+
+
+def _remove_split_at(fs, path: str, shown: str) -> None:
+    """Delete a split folder at a URI: its shard files, then the folder; anything else is refused."""
+    import pyarrow.fs
+
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+        return
+    entries = fs.get_file_info(pyarrow.fs.FileSelector(path))
+    other = [e.base_name for e in entries if not (e.type == pyarrow.fs.FileType.File
+                                                  and SHARD_FILE.fullmatch(e.base_name))]
+    if other:
+        raise FileExistsError(f"{shown} holds files that are not shards ({', '.join(sorted(other)[:5])}): a build "
+                              "replaces only its manifest and shard files")
+    fs.delete_dir(path)
 
 
 def _build_splits(cfg: Config, out: Path, prepared: Prepared, manifest: dict | None, todo: list[str], actors: int,

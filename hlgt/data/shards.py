@@ -4,8 +4,9 @@ against a run's config. Needs pyarrow only: never Ray, never an annotator.
 A shard folder, as ``hlgt.data.build`` writes it, holds ``manifest.json`` (counts, cache key,
 vocabulary, and each split's shard files) and one folder per split of
 ``part-NNNNN.parquet`` files in the explicit schema of ``hlgt.data.schema``, checked on read.
-A command that reads a folder holds it for reading (``hlgt.storage.reading``): a build that would
-replace its files is refused meanwhile.
+The folder is a local path or a URI that pyarrow's filesystems take (``s3://...``: a cluster's
+shared storage). A command that reads a local folder holds it for reading
+(``hlgt.storage.reading``): a build that would replace its files is refused meanwhile.
 """
 from __future__ import annotations
 
@@ -18,17 +19,43 @@ import pyarrow.parquet as pq
 from hlgt.config import Config
 from hlgt.data.schema import SCHEMA_VERSION, check_schema
 from hlgt.data.vocab import Vocab
-from hlgt.storage import reading
+from hlgt.storage import filesystem, is_uri, reading
 
 MANIFEST = "manifest.json"
 
 
+def _located(shards_dir: str | Path, relative: str):
+    """``(where, filesystem)`` of a file of the folder: a local path and None, or the path in the
+    URI's pyarrow filesystem and that filesystem (pyarrow's readers take both)."""
+    if not is_uri(shards_dir):
+        return str(Path(shards_dir) / relative), None
+    fs, base = filesystem(str(shards_dir))
+    return f"{base}/{relative}", fs
+
+
+def has_file(shards_dir: str | Path, relative: str) -> bool:
+    where, fs = _located(shards_dir, relative)
+    if fs is None:
+        return Path(where).is_file()
+    import pyarrow.fs
+
+    return fs.get_file_info(where).type == pyarrow.fs.FileType.File
+
+
+def _read_bytes(shards_dir: str | Path, relative: str) -> bytes:
+    where, fs = _located(shards_dir, relative)
+    if fs is None:
+        return Path(where).read_bytes()
+    with fs.open_input_stream(where) as f:
+        return f.read()
+
+
 def load_manifest(shards_dir: str | Path) -> dict:
-    path = Path(shards_dir) / MANIFEST
-    if not path.is_file():
+    path = f"{str(shards_dir).rstrip('/')}/{MANIFEST}" if is_uri(shards_dir) else Path(shards_dir) / MANIFEST
+    if not has_file(shards_dir, MANIFEST):
         raise FileNotFoundError(f"no {MANIFEST} in {shards_dir}: build it with `python -m hlgt.data.build`")
     try:
-        manifest = json.loads(path.read_bytes())
+        manifest = json.loads(_read_bytes(shards_dir, MANIFEST))
     except (ValueError, RecursionError) as e:
         fault = " ".join(str(e).split())[:200]
     else:
@@ -63,7 +90,7 @@ def load_vocab(shards_dir: str | Path) -> Vocab:
 def load_rows(shards_dir: str | Path, split: str) -> list[dict]:
     """Every row of one split, in order, as plain Python values; read under the folder's read
     hold, so never half from a build that replaces them."""
-    with reading(Path(shards_dir)):
+    with reading(shards_dir):
         return _read_rows(shards_dir, split)
 
 
@@ -73,7 +100,8 @@ def _read_rows(shards_dir: str | Path, split: str) -> list[dict]:
         raise KeyError(f"{shards_dir} has no {split!r} split (built: {sorted(manifest['splits'])})")
     rows: list[dict] = []
     for name in manifest["splits"][split]["shards"]:
-        table = pq.read_table(Path(shards_dir) / split / name)
+        where, fs = _located(shards_dir, f"{split}/{name}")
+        table = pq.read_table(where, filesystem=fs)
         check_schema(table.schema, f"{shards_dir}/{split}/{name}")
         rows += table.to_pylist()
     return rows
@@ -84,12 +112,12 @@ def split_faults(shards_dir: str | Path, manifest: dict, split: str) -> list[str
     file missing, not readable as Parquet (truncated, corrupt), or rows other than the manifest's."""
     faults, rows = [], 0
     for name in manifest["splits"][split]["shards"]:
-        path = Path(shards_dir) / split / name
-        if not path.is_file():
+        if not has_file(shards_dir, f"{split}/{name}"):
             faults.append(f"{split}/{name} is missing")
             continue
         try:
-            rows += pq.read_metadata(path).num_rows
+            where, fs = _located(shards_dir, f"{split}/{name}")
+            rows += pq.read_metadata(where, filesystem=fs).num_rows
         except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
             faults.append(f"{split}/{name} is not a readable Parquet file ({e})")
     kept = manifest["splits"][split].get("kept")
@@ -98,7 +126,7 @@ def split_faults(shards_dir: str | Path, manifest: dict, split: str) -> list[str
     return faults
 
 
-def use_shards(cfg: Config, shards_dir: str | Path, held: contextlib.ExitStack | None = None) -> Path:
+def use_shards(cfg: Config, shards_dir: str | Path, held: contextlib.ExitStack | None = None) -> str | Path:
     """A prebuilt shard folder (``--shards``), for machines without the raw data or the annotator;
     with ``held``, its read hold (``hlgt.storage.reading``) is entered into it first.
 
@@ -106,7 +134,7 @@ def use_shards(cfg: Config, shards_dir: str | Path, held: contextlib.ExitStack |
     version, dataset, fold (and MAWPS fold scheme and validation) and annotator, every listed shard
     present, a vocabulary.
     """
-    out = Path(shards_dir)
+    out = str(shards_dir).rstrip("/") if is_uri(shards_dir) else Path(shards_dir)
     if held is not None:
         held.enter_context(reading(out))
     manifest = load_manifest(out)

@@ -253,11 +253,14 @@ def build_shards(spec: SweepSpec, address: str | None = None, prebuilt: str | No
     it exists; each held for reading in ``held`` (the trials read them until they end) when given."""
     folds = sorted({int(r["data.fold"]) for r in spec.replicates})
     if prebuilt is None:
-        return {fold: str(Path(ensure_shards(spec.centre.override({"data.fold": fold}), address=address,
-                                             held=held)).resolve())
+        return {fold: _absolute(ensure_shards(spec.centre.override({"data.fold": fold}), address=address, held=held))
                 for fold in folds}
     if len(folds) > 1 and "{fold}" not in prebuilt:
         raise ValueError(f"--shards {prebuilt} is one folder for folds {folds}: give a pattern with {{fold}}")
-    return {fold: str(use_shards(spec.centre.override({"data.fold": fold}), prebuilt.format(fold=fold),
-                                 held).resolve())
+    return {fold: _absolute(use_shards(spec.centre.override({"data.fold": fold}), prebuilt.format(fold=fold), held))
             for fold in folds}
+
+
+def _absolute(folder: str | Path) -> str:
+    """A shard folder as the trials, on any node, name it: a URI as it is, a path made absolute."""
+    return str(folder) if is_uri(folder) else str(Path(folder).resolve())

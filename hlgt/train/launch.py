@@ -166,12 +166,13 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     resources: dict[str, float] = {"CPU": worker_cpus(workers, cpus_per_worker)}
     if use_gpu:
         resources["GPU"] = gpus_per_worker if gpus_per_worker is not None else 1.0
-    shards_dir = Path(shards_dir).resolve()  # workers on other nodes read the same (shared) path
+    # Workers on other nodes read the same shared path, or the URI (s3://...).
+    shards_dir = str(shards_dir).rstrip("/") if is_uri(shards_dir) else str(Path(shards_dir).resolve())
     splits = available_splits(shards_dir)
     if "train" not in splits:
         raise ValueError(f"no training rows in {shards_dir}")
     ray.data.DataContext.get_current().enable_progress_bars = False  # per-epoch bars drown the progress lines
-    datasets = {s: ray.data.read_parquet(str(Path(shards_dir) / s)) for s in splits}
+    datasets = {s: ray.data.read_parquet(f"{shards_dir}/{s}") for s in splits}
     wandb_mode = tracking.prepare_environment(cfg.train.wandb)  # the workers take it from loop_config
     loop_config = {
         "cfg": cfg.to_flat(), "vocab": load_vocab(shards_dir).to_dict(), "shards_dir": str(shards_dir),
