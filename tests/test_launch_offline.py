@@ -106,3 +106,21 @@ def test_fit_publishes_the_final_checkpoints_outputs(monkeypatch, tmp_path):
     run = tmp_path / "storage" / "run"
     assert (run / "best" / "weights.pt").read_bytes() == b"w2"
     assert sorted(p.name for p in run.iterdir()) == ["best", "checkpoint_000003", "results.json"]
+
+
+def test_fit_on_uri_storage_publishes_into_the_run_folder_there(monkeypatch, tmp_path):
+    """Ray names a checkpoint at a URI by its path in the storage's filesystem; the outputs are
+    copied from there into ``<storage>/<run>/`` (file:// here, s3:// on a cluster)."""
+    import pyarrow.fs
+
+    final = tmp_path / "bucket" / "run" / "checkpoint_000003"
+    (final / "best").mkdir(parents=True)
+    (final / "best" / "weights.pt").write_bytes(b"w")
+    (final / "results.json").write_text(json.dumps({"test_value_acc": 0.5}))
+    result = SimpleNamespace(checkpoint=SimpleNamespace(path=str(final), filesystem=pyarrow.fs.LocalFileSystem()),
+                             return_value={"test_value_acc": 0.5}, metrics={})
+    monkeypatch.setattr(launch, "make_trainer", lambda cfg, shards_dir, **kwargs: SimpleNamespace(fit=lambda: result))
+    out = launch.fit(Config.from_flat(TINY), tmp_path, name="run", storage=f"file://{tmp_path}/bucket")
+    assert out.run_dir == f"file://{tmp_path}/bucket/run" and out.metrics == {"test_value_acc": 0.5}
+    run = tmp_path / "bucket" / "run"
+    assert (run / "best" / "weights.pt").read_bytes() == b"w" and (run / "results.json").is_file()

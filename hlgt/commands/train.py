@@ -18,7 +18,7 @@ import sys
 from hlgt.commands.cli import run_command
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
-from hlgt.storage import check_name
+from hlgt.storage import check_name, is_uri
 from hlgt.train.run import run_folder, run_name, train_run
 
 PROG = "hlgt-train"
@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                         cpus_per_worker=args.cpus_per_worker)
     run_dir = run_folder(cfg, name)
     print(f"[train] done: {json.dumps(metrics)}", flush=True)
-    print(f"[train] model: {run_dir}/best   (hlgt-solve --model {run_dir}/best \"...\")", flush=True)
+    if is_uri(run_dir):  # the commands that load a model read a folder on this machine
+        print(f"[train] model: {run_dir}/best   (copy it here, then hlgt-solve --model best \"...\")", flush=True)
+    else:
+        print(f"[train] model: {run_dir}/best   (hlgt-solve --model {run_dir}/best \"...\")", flush=True)
     return 0
 
 

@@ -30,7 +30,7 @@ from hlgt.data.shards import load_manifest, load_vocab
 from hlgt.data.vocab import Vocab
 from hlgt.storage import filesystem, is_uri
 from hlgt.train import loop, tracking
-from hlgt.train.checkpoint import publish
+from hlgt.train.checkpoint import publish, publish_remote
 from hlgt.train.step import epoch_batches
 
 # Ray is imported where it is used: `--no-ray` training imports this module without it, and the GPU
@@ -242,7 +242,9 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
             raise
         return FitResult(metrics={}, checkpoint=None, run_dir=run_dir, error=e)
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
-    if checkpoint and not is_uri(storage):
+    if checkpoint and is_uri(storage):
+        publish_remote(result.checkpoint.filesystem, checkpoint, run_dir)
+    elif checkpoint:
         publish(Path(checkpoint), Path(run_dir))
     metrics = (result.return_value if isinstance(result.return_value, dict) and result.return_value
                else dict(result.metrics or {}))
