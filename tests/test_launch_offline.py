@@ -71,6 +71,8 @@ def test_shards_at_a_uri_are_read_from_it(shards, no_cluster, tmp_path):
     trainer = launch.make_trainer(Config.from_flat(TINY), uri, name="run", storage=str(tmp_path))
     assert sorted(no_cluster) == [f"{uri}/{split}" for split in ("test", "train", "valid")]
     assert trainer.train_loop_config["shards_dir"] == uri
+    on_uri = launch.make_trainer(Config.from_flat(TINY), uri, name="run", storage=f"file://{tmp_path}/runs")
+    assert on_uri.train_loop_config["wandb_dir"] == "~/hlgt-wandb/run"  # wandb writes local files
 
 
 def test_make_trainer_refuses_a_folder_that_holds_no_shards(tmp_path, no_cluster):

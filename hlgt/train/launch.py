@@ -177,7 +177,9 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     loop_config = {
         "cfg": cfg.to_flat(), "vocab": load_vocab(shards_dir).to_dict(), "shards_dir": str(shards_dir),
         "splits": splits, "run_name": name, "group": group, "wandb_mode": wandb_mode,
-        "wandb_dir": wandb_dir or (None if is_uri(storage) else str(Path(storage) / name)),
+        # Offline W&B runs go beside the run, or, when the run is at a URI, to the home folder of
+        # the node rank 0 trains on (as a sweep's trials do): wandb writes local files.
+        "wandb_dir": wandb_dir or (f"~/hlgt-wandb/{name}" if is_uri(storage) else str(Path(storage) / name)),
         "evaluate_test": evaluate_test,
     }
     return TorchTrainer(
