@@ -34,6 +34,7 @@ def _located(shards_dir: str | Path, relative: str):
 
 
 def has_file(shards_dir: str | Path, relative: str) -> bool:
+    """Whether the folder (a path or a URI) holds the file ``relative``."""
     where, fs = _located(shards_dir, relative)
     if fs is None:
         return Path(where).is_file()
