@@ -403,9 +403,18 @@ def test_shards_at_a_uri_are_built_locally_and_copied_up(tmp_path, sample_shards
     assert load_rows(uri, "valid") == load_rows(sample_shards, "valid")
     assert (folder / "train" / "part-00000.parquet").stat().st_mtime_ns == train
     (folder / "test" / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"test holds files that are not shards \(notes.txt\)"):
+    with pytest.raises(FileExistsError, match=r"holds files that are not shards \(test/notes.txt\)"):
         build(SAMPLE, out=uri, actors=0, force=True)
-    assert (folder / "test" / "notes.txt").exists()
+    assert (folder / "test" / "notes.txt").exists() and (folder / MANIFEST).is_file()  # nothing removed
+    assert load_rows(uri, "train") == load_rows(sample_shards, "train")
+    (folder / "test" / "notes.txt").unlink()
+    # Shards of other settings at a URI may be in use (no lock there says): replaced with --force only.
+    other = Config.from_flat({"data.dataset": "sample", "data.min_word_freq": 2})
+    with pytest.raises(ValueError, match=r"holds shards of other settings.*--force once none does"):
+        build(other, out=uri, actors=0)
+    assert load_manifest(uri)["key"] == load_manifest(sample_shards)["key"]
+    build(other, out=uri, actors=0, force=True)
+    assert load_manifest(uri)["key"] == prepare(other).key
 
 
 def test_the_default_shard_folder_on_uri_storage_is_under_it(tmp_path, monkeypatch):

@@ -126,3 +126,18 @@ def test_fit_on_uri_storage_publishes_into_the_run_folder_there(monkeypatch, tmp
     assert out.run_dir == f"file://{tmp_path}/bucket/run" and out.metrics == {"test_value_acc": 0.5}
     run = tmp_path / "bucket" / "run"
     assert (run / "best" / "weights.pt").read_bytes() == b"w" and (run / "results.json").is_file()
+
+
+def test_on_uri_storage_outputs_go_to_the_run_folder_ray_named(monkeypatch, tmp_path):
+    """Into the checkpoint's parent: a run named 'foo#1' (a URI would read '#1' as a fragment)."""
+    import pyarrow.fs
+
+    final = tmp_path / "bucket" / "foo#1" / "checkpoint_1"
+    (final / "best").mkdir(parents=True)
+    (final / "best" / "weights.pt").write_bytes(b"w")
+    result = SimpleNamespace(checkpoint=SimpleNamespace(path=str(final), filesystem=pyarrow.fs.LocalFileSystem()),
+                             return_value={"epoch": 1}, metrics={})
+    monkeypatch.setattr(launch, "make_trainer", lambda cfg, shards_dir, **kwargs: SimpleNamespace(fit=lambda: result))
+    launch.fit(Config.from_flat(TINY), tmp_path, name="foo#1", storage=f"file://{tmp_path}/bucket")
+    assert (tmp_path / "bucket" / "foo#1" / "best" / "weights.pt").read_bytes() == b"w"
+    assert not (tmp_path / "bucket" / "foo").exists()

@@ -318,16 +318,28 @@ def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], 
     """Shards at a URI (a cluster's S3 storage): reused as a local folder is; else the splits to
     build are built in a local temporary folder and copied up, each one's old shard files removed
     first (a rebuild: every split's, and the old manifest before them), the manifest written last.
-    No lock: as for every folder at a URI, the cluster's users keep its names apart."""
+    A folder at a URI has no lock that says whether a training reads it, so shards of other
+    settings there are replaced only with ``force``."""
     manifest, todo = _splits_to_build(uri, prepared, splits, force)
     if not todo:
         return uri
+    if manifest is None and has_file(uri, MANIFEST) and not force:
+        raise ValueError(f"{uri} holds shards of other settings, which a training or a sweep may be reading (a "
+                         "folder at a URI has no lock to say): rebuild them with hlgt-build --force once none "
+                         "does, or build into another folder (--out DIR; training and sweeps: --set "
+                         "data.shards_dir=DIR)")
     claim(uri, "shards")  # a folder the project did not make is refused, nothing in it removed
     fs, base = filesystem(uri)
+    replaced = SPLITS if manifest is None else todo
+    foreign = [f"{split}/{name}" for split in replaced for name in _not_shards_at(fs, f"{base}/{split}") or []]
+    if foreign:  # checked for every split before anything is removed
+        raise FileExistsError(f"{uri} holds files that are not shards ({', '.join(sorted(foreign)[:5])}): a build "
+                              "replaces only its manifest and shard files")
     if manifest is None and has_file(uri, MANIFEST):
         fs.delete_file(f"{base}/{MANIFEST}")
-    for split in SPLITS if manifest is None else todo:
-        _remove_split_at(fs, f"{base}/{split}", f"{uri}/{split}")
+    for split in replaced:
+        if _not_shards_at(fs, f"{base}/{split}") is not None:
+            fs.delete_dir(f"{base}/{split}")
     with tempfile.TemporaryDirectory(prefix="hlgt-shards-") as stage:
         local = Path(stage) / "shards"
         _build_splits(cfg, local, prepared, None, todo, actors, address, batch_size, t0)
@@ -342,19 +354,14 @@ def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], 
     return uri
 
 
-def _remove_split_at(fs, path: str, shown: str) -> None:
-    """Delete a split folder at a URI: its shard files, then the folder; anything else is refused."""
+def _not_shards_at(fs, path: str) -> list[str] | None:
+    """The names in a split folder at a URI that are not shard files; None when there is no folder."""
     import pyarrow.fs
 
     if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
-        return
-    entries = fs.get_file_info(pyarrow.fs.FileSelector(path))
-    other = [e.base_name for e in entries if not (e.type == pyarrow.fs.FileType.File
-                                                  and SHARD_FILE.fullmatch(e.base_name))]
-    if other:
-        raise FileExistsError(f"{shown} holds files that are not shards ({', '.join(sorted(other)[:5])}): a build "
-                              "replaces only its manifest and shard files")
-    fs.delete_dir(path)
+        return None
+    return [e.base_name for e in fs.get_file_info(pyarrow.fs.FileSelector(path))
+            if not (e.type == pyarrow.fs.FileType.File and SHARD_FILE.fullmatch(e.base_name))]
 
 
 def _build_splits(cfg: Config, out: Path, prepared: Prepared, manifest: dict | None, todo: list[str], actors: int,

@@ -30,7 +30,7 @@ from torch import nn
 from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.inference import RUN_CONFIG_FILE
-from hlgt.storage import filesystem, write_text
+from hlgt.storage import write_text
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -124,24 +124,26 @@ def publish(checkpoint_dir: Path, run_dir: Path) -> None:
             new.replace(dst)
 
 
-def publish_remote(source_fs, checkpoint_path: str, run_uri: str) -> None:
+def publish_remote(fs, checkpoint_path: str) -> None:
     """``publish`` for a run folder at a URI (a cluster's S3 storage): the outputs of the finished
-    run's checkpoint (``checkpoint_path`` in the pyarrow filesystem ``source_fs``, as Ray Train
-    names it) copied into the run folder there, file by file (a URI has no rename)."""
+    run's checkpoint (``checkpoint_path`` in the pyarrow filesystem ``fs``, as Ray Train names it)
+    copied into the run folder, the checkpoint's parent there (the folder as Ray names it, whatever
+    characters the run's name holds), file by file (a URI has no rename)."""
     import pyarrow.fs
 
-    target_fs, target = filesystem(run_uri)
+    checkpoint_path = checkpoint_path.rstrip("/")
+    target = checkpoint_path.rsplit("/", 1)[0]
     for name in OUTPUTS:
-        info = source_fs.get_file_info(f"{checkpoint_path}/{name}")
+        info = fs.get_file_info(f"{checkpoint_path}/{name}")
         if info.type == pyarrow.fs.FileType.Directory:
-            files = [f for f in source_fs.get_file_info(pyarrow.fs.FileSelector(info.path, recursive=True))
+            files = [f for f in fs.get_file_info(pyarrow.fs.FileSelector(info.path, recursive=True))
                      if f.type == pyarrow.fs.FileType.File]
         else:
             files = [info] if info.type == pyarrow.fs.FileType.File else []
         for f in files:
             destination = f"{target}/{f.path[len(checkpoint_path) + 1:]}"
-            target_fs.create_dir(destination.rsplit("/", 1)[0], recursive=True)
-            pyarrow.fs.copy_files(f.path, destination, source_filesystem=source_fs, destination_filesystem=target_fs)
+            fs.create_dir(destination.rsplit("/", 1)[0], recursive=True)
+            fs.copy_file(f.path, destination)
 
 
 def _metrics_record(line: bytes) -> dict | None:

@@ -245,7 +245,7 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
         return FitResult(metrics={}, checkpoint=None, run_dir=run_dir, error=e)
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     if checkpoint and is_uri(storage):
-        publish_remote(result.checkpoint.filesystem, checkpoint, run_dir)
+        publish_remote(result.checkpoint.filesystem, checkpoint)
     elif checkpoint:
         publish(Path(checkpoint), Path(run_dir))
     metrics = (result.return_value if isinstance(result.return_value, dict) and result.return_value
