@@ -320,6 +320,7 @@ def test_a_sweep_trains_on_prebuilt_shards(tmp_path):
     (tmp_path / "byfold").mkdir()
     (tmp_path / "byfold" / "0").symlink_to(folder)
     assert build_shards(spec, prebuilt=str(tmp_path / "byfold" / "{fold}")) == {0: str(folder.resolve())}
+    assert build_shards(spec, prebuilt=f"file://{folder}") == {0: f"file://{folder}"}  # a URI, as the trials read it
     spec.replicates = [{"data.fold": 0, "train.seed": 1}, {"data.fold": 1, "train.seed": 1}]
     with pytest.raises(ValueError, match=r"one folder for folds \[0, 1\]: give a pattern with \{fold\}"):
         build_shards(spec, prebuilt=str(folder))
