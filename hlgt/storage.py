@@ -34,7 +34,6 @@ import fcntl
 import fnmatch
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator
@@ -84,15 +83,28 @@ def copy_folder(local: Path, uri: str) -> int:
     """Copy every file under the local folder ``local`` to the same relative path under ``uri``
     (a URI pyarrow's filesystems take), replacing what is there; hidden files (markers, locks,
     partial writes) stay behind. -> how many files were copied."""
+    import pyarrow.fs
+
     fs, root = filesystem(uri)
-    files = [p for p in sorted(local.rglob("*"))
-             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(local).parts)]
-    for path in files:
-        target = f"{root}/{path.relative_to(local).as_posix()}"
-        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        with path.open("rb") as source, fs.open_output_stream(target) as destination:
-            shutil.copyfileobj(source, destination)
-    return len(files)
+    return copy_tree(pyarrow.fs.LocalFileSystem(), str(Path(local).resolve()), fs, root)
+
+
+def copy_tree(source_fs, source: str, target_fs, target: str) -> int:
+    """``copy_folder`` between any two pyarrow filesystems: the files under ``source`` in
+    ``source_fs`` to the same relative paths under ``target`` in ``target_fs``, hidden ones left."""
+    import pyarrow.fs
+
+    source = source.rstrip("/")
+    copied = 0
+    for f in sorted(source_fs.get_file_info(pyarrow.fs.FileSelector(source, recursive=True)), key=lambda f: f.path):
+        relative = f.path[len(source) + 1:]
+        if f.type != pyarrow.fs.FileType.File or any(part.startswith(".") for part in relative.split("/")):
+            continue
+        destination = f"{target}/{relative}"
+        target_fs.create_dir(destination.rsplit("/", 1)[0], recursive=True)
+        pyarrow.fs.copy_files(f.path, destination, source_filesystem=source_fs, destination_filesystem=target_fs)
+        copied += 1
+    return copied
 
 
 def check_name(name: str, flag: str = "--name") -> str:
@@ -225,8 +237,8 @@ def reading(folder: str | Path) -> Iterator[None]:
     none can be made or opened beside the folder (read-only storage), no command can replace the
     files either: nothing is held; nor for a URI (s3://...), whose users keep its names apart."""
     lock = None if is_uri(folder) else _lock_file(Path(folder), "readers")
-    open_mode = _open_mode(lock) if lock is not None else None
-    if lock is None or open_mode is None:
+    open_mode = lock and _open_mode(lock)
+    if not open_mode:
         yield
         return
 
@@ -298,8 +310,14 @@ def replacing(path: str | Path, binary: bool = False) -> Iterator[IO]:
         raise
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """``text`` as the whole of ``path`` (UTF-8), through ``replacing``."""
+def write_text(path: str | Path, text: str) -> str | Path:
+    """``text`` as the whole of ``path`` (UTF-8), through ``replacing``; at a URI (s3://...) an
+    object store replaces an object whole by itself."""
+    if is_uri(path):
+        fs, where = filesystem(str(path))
+        with fs.open_output_stream(where) as f:
+            f.write(text.encode("utf-8"))
+        return str(path)
     with replacing(path) as f:
         f.write(text)
     return Path(path)

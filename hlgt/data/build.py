@@ -330,15 +330,15 @@ def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], 
                          "data.shards_dir=DIR)")
     claim(uri, "shards")  # a folder the project did not make is refused, nothing in it removed
     fs, base = filesystem(uri)
-    replaced = SPLITS if manifest is None else todo
-    foreign = [f"{split}/{name}" for split in replaced for name in _not_shards_at(fs, f"{base}/{split}") or []]
+    found = {split: _not_shards_at(fs, f"{base}/{split}") for split in (SPLITS if manifest is None else todo)}
+    foreign = [f"{split}/{name}" for split, names in found.items() for name in names or []]
     if foreign:  # checked for every split before anything is removed
         raise FileExistsError(f"{uri} holds files that are not shards ({', '.join(sorted(foreign)[:5])}): a build "
                               "replaces only its manifest and shard files")
     if manifest is None and has_file(uri, MANIFEST):
         fs.delete_file(f"{base}/{MANIFEST}")
-    for split in replaced:
-        if _not_shards_at(fs, f"{base}/{split}") is not None:
+    for split, names in found.items():
+        if names is not None:
             fs.delete_dir(f"{base}/{split}")
     with tempfile.TemporaryDirectory(prefix="hlgt-shards-") as stage:
         local = Path(stage) / "shards"
@@ -348,8 +348,7 @@ def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], 
             built["splits"] = {**{s: e for s, e in manifest["splits"].items() if s not in todo}, **built["splits"]}
         for split in todo:
             copy_folder(local / split, f"{uri}/{split}")
-        with fs.open_output_stream(f"{base}/{MANIFEST}") as f:
-            f.write((json.dumps(built, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        _write_manifest(uri, built)
     print(f"[build] copied to {uri}", flush=True)
     return uri
 
@@ -485,8 +484,8 @@ def _split_entry(counts: dict, result: SplitResult) -> dict:
     }
 
 
-def _write_manifest(out: Path, manifest: dict) -> None:
-    write_text(out / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+def _write_manifest(out: str | Path, manifest: dict) -> None:
+    write_text(f"{out}/{MANIFEST}", json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
 
 
 def ensure_shards(cfg: Config, address: str | None = None, held: contextlib.ExitStack | None = None) -> Path:

@@ -52,7 +52,7 @@ def _read_bytes(shards_dir: str | Path, relative: str) -> bytes:
 
 
 def load_manifest(shards_dir: str | Path) -> dict:
-    path = f"{str(shards_dir).rstrip('/')}/{MANIFEST}" if is_uri(shards_dir) else Path(shards_dir) / MANIFEST
+    path = f"{str(shards_dir).rstrip('/')}/{MANIFEST}"
     if not has_file(shards_dir, MANIFEST):
         raise FileNotFoundError(f"no {MANIFEST} in {shards_dir}: build it with `python -m hlgt.data.build`")
     try:

@@ -215,13 +215,8 @@ def save_settings(spec: SweepSpec) -> None:
     claim(spec.root, "sweep", earlier=(SETTINGS_FILE,))
     if is_uri(spec.root):
         claim(str(spec.local_dir), "sweep", earlier=("results.*", SO_FAR))
-    text = json.dumps(settings(spec), indent=1)
-    if not is_uri(spec.root):
-        write_text(Path(spec.root) / SETTINGS_FILE, text)  # whole: a --so-far may read it meanwhile
-        return
-    fs, root = filesystem(spec.root)
-    with fs.open_output_stream(f"{root}/{SETTINGS_FILE}") as f:  # an object store replaces an object whole
-        f.write(text.encode("utf-8"))
+    # Whole: a --so-far may read it meanwhile.
+    write_text(f"{spec.root.rstrip('/')}/{SETTINGS_FILE}", json.dumps(settings(spec), indent=1))
 
 
 def check_removable(spec: SweepSpec) -> None:

@@ -30,7 +30,7 @@ from torch import nn
 from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.inference import RUN_CONFIG_FILE
-from hlgt.storage import write_text
+from hlgt.storage import copy_tree, write_text
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -132,18 +132,13 @@ def publish_remote(fs, checkpoint_path: str) -> None:
     import pyarrow.fs
 
     checkpoint_path = checkpoint_path.rstrip("/")
-    target = checkpoint_path.rsplit("/", 1)[0]
+    run = checkpoint_path.rsplit("/", 1)[0]
     for name in OUTPUTS:
         info = fs.get_file_info(f"{checkpoint_path}/{name}")
         if info.type == pyarrow.fs.FileType.Directory:
-            files = [f for f in fs.get_file_info(pyarrow.fs.FileSelector(info.path, recursive=True))
-                     if f.type == pyarrow.fs.FileType.File]
-        else:
-            files = [info] if info.type == pyarrow.fs.FileType.File else []
-        for f in files:
-            destination = f"{target}/{f.path[len(checkpoint_path) + 1:]}"
-            fs.create_dir(destination.rsplit("/", 1)[0], recursive=True)
-            fs.copy_file(f.path, destination)
+            copy_tree(fs, info.path, fs, f"{run}/{name}")
+        elif info.type == pyarrow.fs.FileType.File:
+            fs.copy_file(info.path, f"{run}/{name}")
 
 
 def _metrics_record(line: bytes) -> dict | None:
