@@ -1,11 +1,13 @@
 """hlgt-compare (python -m hlgt.train.compare): two models on the same problems, paired problem by
 problem (``hlgt.train.compare``): each one's accuracy, the problems only one of them solves and the
-exact McNemar p, per pair of runs and pooled.
+exact McNemar p, per pair of runs and pooled; with ``--curves``, each pair's learning curves side
+by side and the settings the two runs differ in.
 
-    hlgt-compare --a runs/f0-full runs/f1-full --b runs/f0-gts runs/f1-gts [--split test] [--metric equation]
+    hlgt-compare --a runs/f0-full runs/f1-full --b runs/f0-gts runs/f1-gts [--split test] [--metric equation] [--curves]
 
 ``--a`` and ``--b`` take run folders, model folders (``<run>/best``) or predictions files
-(``hlgt-evaluate --out``), paired by position.
+(``hlgt-evaluate --out``), paired by position; ``--curves`` needs run folders (their checkpoints),
+and shows runs still training too (their paired counts wait for their predictions).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import argparse
 import sys
 
 from hlgt.commands.cli import run_command
-from hlgt.train.compare import METRICS, compare, markdown
+from hlgt.train.compare import METRICS, compare, curves, markdown
 
 PROG = "hlgt-compare"
 
@@ -25,8 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--b", nargs="+", required=True, metavar="RUN", help="as many, paired with --a by position")
     p.add_argument("--split", default="test", choices=["valid", "test"])
     p.add_argument("--metric", default="value", choices=list(METRICS))
+    p.add_argument("--curves", action="store_true",
+                   help="also each pair's learning curves side by side (run folders only)")
     args = p.parse_args(argv)
-    print(markdown(compare(args.a, args.b, split=args.split, metric=args.metric), args.metric), end="")
+    try:
+        print(markdown(compare(args.a, args.b, split=args.split, metric=args.metric), args.metric), end="")
+    except FileNotFoundError as unfinished:
+        if not args.curves:
+            raise
+        # Runs still training have curves but no predictions yet: their curves are worth watching.
+        print(f"{PROG}: no paired counts yet: {unfinished}\n", flush=True)
+    if args.curves:
+        print(curves(args.a, args.b), end="")
     return 0
 
 

@@ -10,14 +10,25 @@ on the same folds differ in a few dozen problems per fold; only those problems i
 comparison, which is why the test counts them (McNemar) instead of comparing two accuracies.
 Cochran's Q extends McNemar to more than two models on the same problems: whether they differ at
 all.
+
+``curves`` lays two runs' learning curves side by side, epoch by epoch (training tree loss, and
+validation value and equation accuracy where validation ran), from each run's latest checkpoint,
+with the settings the two runs differ in: the curve says how the end points were reached, and the
+settings line says whether the runs were trained alike but for what is compared.
 """
 from __future__ import annotations
 
+import json
+import pickle
 from dataclasses import dataclass
 from math import comb, erfc, exp, lgamma, log, sqrt
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import torch
+
+from hlgt import metrics as M
+from hlgt.train.checkpoint import STATE_FILE, changed_settings
 from hlgt.train.evaluate import read_predictions
 
 METRICS = {"value": "value_correct", "equation": "equation_correct"}
@@ -115,11 +126,15 @@ def pair(label: str, a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
                   sum(a[i] and not b[i] for i in a), sum(b[i] and not a[i] for i in a))
 
 
+def _check_paired(a_paths: Sequence, b_paths: Sequence) -> None:
+    if len(a_paths) != len(b_paths):
+        raise ValueError(f"--a has {len(a_paths)} runs and --b {len(b_paths)}: they are paired by position")
+
+
 def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, split: str = "test",
             metric: str = "value") -> list[Paired]:
     """One ``Paired`` per position; with more than one pair, a last row pooling them."""
-    if len(a_paths) != len(b_paths):
-        raise ValueError(f"--a has {len(a_paths)} runs and --b {len(b_paths)}: they are paired by position")
+    _check_paired(a_paths, b_paths)
     rows = []
     for a, b in zip(a_paths, b_paths):
         fa, fb = predictions_file(a, split), predictions_file(b, split)
@@ -141,6 +156,75 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
         lines.append(f"| {r.label} | {r.n} | {100 * r.right_a / r.n:.1f}% | {100 * r.right_b / r.n:.1f}% "
                      f"| {r.only_a} / {r.only_b} | {r.p:.2g} |")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Curve:
+    label: str
+    history: list[dict]  # one metrics dict per epoch trained (``hlgt.metrics``' names)
+    settings: dict  # the run's flat config
+
+
+def latest_checkpoint(path: str | Path) -> Path:
+    """The latest checkpoint folder of a run folder (or of the run of its ``best`` model folder):
+    ``checkpoint/`` of a run trained in process, the newest ``checkpoint_<time>/`` of a Ray run."""
+    path = Path(path)
+    run = path.parent if path.name == "best" else path
+    if (run / "checkpoint" / STATE_FILE).is_file():
+        return run / "checkpoint"
+    ray = sorted(p for p in run.glob("checkpoint_*") if (p / STATE_FILE).is_file())  # named by time
+    if ray:
+        return ray[-1]
+    raise FileNotFoundError(f"{path}: no training checkpoint there: learning curves are read from run "
+                            "folders (a predictions file or a model folder of its own holds none)")
+
+
+def curve(path: str | Path) -> Curve:
+    """A run's per-epoch metrics and settings, from its latest checkpoint (its trainer state's
+    history holds every epoch trained, resumed ones included)."""
+    checkpoint = latest_checkpoint(path)
+    try:
+        # mmap: only the history is read, not the optimizer's state (the bulk of the file).
+        state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+        history = list(state["history"])
+        if not all(isinstance(m, dict) and M.EPOCH in m and M.TRAIN_TREE_LOSS in m for m in history):
+            raise ValueError("its history is not one metrics record per epoch")
+        settings = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    except (RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training ({error})") from None
+    return Curve(checkpoint.parent.name, history, settings)
+
+
+def _cells(m: dict | None) -> tuple[str, str]:
+    """(training tree loss, validation value / equation accuracy) of one epoch's metrics; the
+    validation cell is empty where the epoch did not validate (its metrics carry the latest
+    validation forward: only an epoch that validated has a validation loss)."""
+    if m is None:
+        return "–", "–"
+    loss = f"{m[M.TRAIN_TREE_LOSS]:.3f}"
+    if M.VAL_TREE_LOSS not in m:
+        return loss, ""
+    return loss, f"{100 * m[M.VAL_VALUE_ACC]:.1f}% / {100 * m[M.VAL_EQUATION_ACC]:.1f}%"
+
+
+def curves(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path]) -> str:
+    """Markdown: per pair of runs, the settings they differ in and their learning curves side by
+    side (an epoch one of them has not trained shows "–")."""
+    _check_paired(a_paths, b_paths)
+    out = []
+    for a_path, b_path in zip(a_paths, b_paths):
+        a, b = curve(a_path), curve(b_path)
+        differ = changed_settings(a.settings, b.settings)
+        out.append(f"Learning curves: A {a.label}, B {b.label}; settings A -> B: "
+                   f"{'; '.join(differ) if differ else 'none differ'}\n\n")
+        out.append("| epoch | A tree loss | B tree loss | A validation value / equation "
+                   "| B validation value / equation |\n|---:|---:|---:|---:|---:|\n")
+        by_epoch = [{m[M.EPOCH]: m for m in c.history} for c in (a, b)]
+        for epoch in sorted(set(by_epoch[0]) | set(by_epoch[1])):
+            (la, va), (lb, vb) = (_cells(h.get(epoch)) for h in by_epoch)
+            out.append(f"| {epoch} | {la} | {lb} | {va} | {vb} |\n")
+        out.append("\n")
+    return "".join(out)
 
 
 if __name__ == "__main__":  # python -m hlgt.train.compare: the command hlgt-compare
