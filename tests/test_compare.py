@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hlgt.commands.compare import main
-from hlgt.train.compare import chi2_sf, cochran_q, compare, curve, curves, latest_checkpoint, mcnemar_exact
+from hlgt.train.compare import chi2_sf, cochran_q, compare, curve, curves, mcnemar_exact
 
 
 def write(path, verdicts):
@@ -65,8 +65,11 @@ def test_different_problems_or_counts_are_errors(tmp_path):
         compare([a], [b])
     with pytest.raises(ValueError, match="paired by position"):
         compare([a, a], [a])
+    (tmp_path / "unfinished").mkdir()
     with pytest.raises(FileNotFoundError, match="has the run finished"):
         compare([tmp_path / "unfinished"], [a])
+    with pytest.raises(FileNotFoundError, match="typo does not exist"):
+        compare([tmp_path / "typo"], [a])
     bad = write(tmp_path / "bad.jsonl", [("x", True, True)])
     bad.write_text('{"id": "x"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="not a predictions file"):
@@ -95,15 +98,16 @@ def test_command_prints_a_table(tmp_path, capsys):
 
 def run_folder(path, epochs, settings, ray_times=()):
     """A run folder as training leaves it, with only what the curves read: per-epoch metrics in
-    the trainer state (validation on the epochs in ``epochs[e]``'s "val" entry) and the config.
-    ``ray_times``: Ray Train's ``checkpoint_<time>`` folders instead of ``checkpoint``, the last
-    one holding every epoch, the earlier ones the epochs before."""
+    the trainer state (validation where an epoch's ``validated`` is true) and the config.
+    ``ray_times``: Ray Train's ``checkpoint_<time>`` folders instead of ``checkpoint``, in the
+    order they were written (each one epoch more), made in reverse so that the listing's order
+    cannot stand in for a choice."""
     history = [{"epoch": e, "train/tree_loss": loss, "val/value_acc": val[0], "val/equation_acc": val[1],
                 **({"val/tree_loss": 0.5} if validated else {})} for e, loss, val, validated in epochs]
     folders = [f"checkpoint_{t}" for t in ray_times] or ["checkpoint"]
-    for n, name in enumerate(folders, 1):
+    for n, name in reversed(list(enumerate(folders, 1))):
+        kept = history[: len(history) - len(folders) + n]
         (path / name).mkdir(parents=True)
-        kept = history if n == len(folders) else history[: len(history) - len(folders) + n]
         torch.save({"epoch": len(kept), "history": kept, "optimizer": {}}, path / name / "trainer_state.pt")
         (path / name / "config.json").write_text(json.dumps(settings), encoding="utf-8")
     return path
@@ -112,16 +116,14 @@ def run_folder(path, epochs, settings, ray_times=()):
 def test_curves_side_by_side_with_the_settings_that_differ(tmp_path):
     a = run_folder(tmp_path / "full-seed2", [(1, 1.2834, (0.335, 0.295), True), (2, 0.8346, (0.335, 0.295), False),
                                               (3, 0.6842, (0.5, 0.45), True)],
-                   {"model.ablation": "full", "train.seed": 2, "train.threads": 2})
+                   {"model.ablation": "full", "train.seed": 2, "train.threads": 2, "train.workers": 1})
     b = run_folder(tmp_path / "gts-seed2", [(1, 1.3, (0.3, 0.25), True), (2, 0.9, (0.3, 0.25), False)],
-                   {"model.ablation": "gts", "train.seed": 2, "train.threads": 1},
+                   {"model.ablation": "gts", "train.seed": 2, "train.threads": 1, "train.workers": 2},
                    ray_times=("2026-12-01_10-00-00.000001", "2026-12-01_11-00-00.000001"))
-    assert latest_checkpoint(b).name == "checkpoint_2026-12-01_11-00-00.000001"  # the newest, by its time
-    assert [m["epoch"] for m in curve(b / "best").history] == [1, 2]  # a model folder names its run
     text = curves([a], [b])
-    # threads say how a run ran, not what it trained: left out of the settings that differ.
+    # Threads say how a run ran, not what it trained: left out; workers multiply the batch: shown.
     assert text.startswith("Learning curves: A full-seed2, B gts-seed2; settings A -> B: "
-                           "model.ablation 'full' -> 'gts'\n")
+                           "model.ablation 'full' -> 'gts'; train.workers 1 -> 2\n")
     rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert rows == ["| 1 | 1.283 | 1.300 | 33.5% / 29.5% | 30.0% / 25.0% |",
                     "| 2 | 0.835 | 0.900 |  |  |",  # no validation that epoch: its carried-over values are not shown
@@ -129,10 +131,58 @@ def test_curves_side_by_side_with_the_settings_that_differ(tmp_path):
     assert "none differ" in curves([a], [a])
     with pytest.raises(ValueError, match="paired by position"):
         curves([a, a], [b])
+
+
+def test_which_checkpoint_a_curve_comes_from(tmp_path):
+    epochs = [(e, 1.0 / e, (0.1 * e, 0.1 * e), True) for e in range(1, 4)]
+    # The clocks went back between two checkpoints: the later one's name sorts first. The most
+    # epochs decide.
+    ray = run_folder(tmp_path / "ray", epochs, {},
+                     ray_times=("2026-11-01_01-50-00.000000", "2026-11-01_01-10-00.000000"))
+    assert [m["epoch"] for m in curve(ray).history] == [1, 2, 3]
+    assert curve(ray).label == "ray"
+    # Ray copies a checkpoint's files in place: a half-written newest one is passed over.
+    late = ray / "checkpoint_2026-11-01_02-00-00.000000"
+    late.mkdir()
+    (late / "trainer_state.pt").write_bytes(b"PK\x03\x04 cut short")
+    assert curve(ray).epoch == 3
+    local = run_folder(tmp_path / "local", epochs, {})
+    (local / "best").mkdir()  # published at the end, as the checkpoint's
+    (local / "checkpoint" / "best").mkdir()
+    for path in (local, local / "best", local / "checkpoint", local / "checkpoint" / "best"):
+        assert curve(path).epoch == 3 and curve(path).label == "local"
     predictions = write(tmp_path / "p.jsonl", [("x", True, True)])
+    (tmp_path / "empty").mkdir()
     for not_a_run in (predictions, tmp_path / "empty"):
-        with pytest.raises(FileNotFoundError, match="learning curves are read from run folders"):
-            curves([not_a_run], [b])
+        with pytest.raises(FileNotFoundError, match="learning curves are read from a run folder"):
+            curve(not_a_run)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        curve(tmp_path / "typo")
+    with pytest.raises(ValueError, match="copy it from the storage first"):
+        curves(["s3://bucket/runs/a"], [local])
+
+
+def test_a_damaged_checkpoint_is_a_clear_error(tmp_path):
+    run = run_folder(tmp_path / "run", [(1, 1.0, (0.2, 0.1), True)], {})
+    state, config = run / "checkpoint" / "trainer_state.pt", run / "checkpoint" / "config.json"
+    good = state.read_bytes()
+    damages = [lambda: state.write_bytes(b"not a torch file"),
+               lambda: torch.save({"history": [1, 2], "epoch": 2}, state),
+               lambda: torch.save({"epoch": 1}, state),
+               lambda: torch.save(torch.zeros(2), state),
+               lambda: torch.save({"epoch": 1, "history": [{"epoch": [1], "train/tree_loss": 1.0}]}, state),
+               lambda: torch.save({"epoch": 1, "history": [{"epoch": 1, "train/tree_loss": "1.0"}]}, state),
+               lambda: torch.save({"epoch": 1, "history": [{"epoch": 1, "train/tree_loss": 1.0,
+                                                            "val/tree_loss": 0.5}]}, state),
+               lambda: config.write_text("[1, 2]", encoding="utf-8"),
+               lambda: config.write_text("null", encoding="utf-8"),
+               lambda: config.unlink()]
+    for damage in damages:
+        state.write_bytes(good)
+        config.write_text("{}", encoding="utf-8")
+        damage()
+        with pytest.raises(ValueError, match="not a checkpoint written by hlgt's training"):
+            curve(run)
 
 
 def test_command_shows_curves_of_runs_still_training(tmp_path, capsys):
@@ -140,29 +190,29 @@ def test_command_shows_curves_of_runs_still_training(tmp_path, capsys):
     b = run_folder(tmp_path / "b", [(1, 1.1, (0.1, 0.1), True)], {"model.ablation": "gts"})
     assert main(["--a", str(a), "--b", str(b), "--curves"]) == 0
     out = capsys.readouterr().out
-    assert "no paired counts yet" in out and "| 1 | 1.000 | 1.100 | 20.0% / 10.0% | 10.0% / 10.0% |" in out
+    assert "no paired counts until every run has finished" in out
+    assert "| 1 | 1.000 | 1.100 | 20.0% / 10.0% | 10.0% / 10.0% |" in out
     with pytest.raises(FileNotFoundError, match="has the run finished"):
         main(["--a", str(a), "--b", str(b)])  # without --curves an unfinished run is still an error
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        main(["--a", str(tmp_path / "typo"), "--b", str(b), "--curves"])  # a typo is not an unfinished run
 
 
-def test_curves_of_a_trained_run(model_dir, capsys):
-    """The curves read what the training loop writes: its checkpoint's history and config."""
-    run = model_dir.parent
+def test_curves_of_trained_runs(model_dir, tmp_path, capsys):
+    """The curves read what the training loop writes: its checkpoint's history and config, with
+    validation only on the epochs that validated (the first, every third, the last)."""
+    from hlgt.config import Config
+    from hlgt.data.build import ensure_shards
+    from hlgt.train import loop
+
+    flat = json.loads((model_dir.parent / "checkpoint" / "config.json").read_text(encoding="utf-8"))
+    cfg = Config.from_flat({**flat, "train.epochs": 4, "train.eval_every": 3})
+    run = tmp_path / "run"
+    loop.train(cfg, ensure_shards(cfg), run_dir=run)
     assert main(["--a", str(run), "--b", str(model_dir), "--curves", "--split", "valid"]) == 0
-    out = capsys.readouterr().out
-    assert "| 0 / 0 | 1 |" in out  # a run against itself
-    assert "settings A -> B: none differ" in out
+    out = capsys.readouterr().out.split("Learning curves: ")[1]  # training printed its own tables before
+    assert "settings A -> B: train.epochs 4 -> 2; train.eval_every 3 -> 1" in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2"]
-    assert all(r.count("%") == 4 for r in rows)  # the first and the last epoch validate
-
-
-def test_a_damaged_checkpoint_is_a_clear_error(tmp_path):
-    run = run_folder(tmp_path / "run", [(1, 1.0, (0.2, 0.1), True)], {})
-    state = run / "checkpoint" / "trainer_state.pt"
-    for damage in (lambda: state.write_bytes(b"not a torch file"),
-                   lambda: torch.save({"history": [1, 2]}, state),
-                   lambda: torch.save({"epoch": 1}, state)):
-        damage()
-        with pytest.raises(ValueError, match="not a checkpoint written by hlgt's training"):
-            curve(run)
+    assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| 3", "| 4"]
+    validated = [r.split(" | ")[3] != "" for r in rows]
+    assert validated == [True, False, True, True], rows

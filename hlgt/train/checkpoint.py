@@ -80,11 +80,12 @@ PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir",
                             "train.capture_bigrus", "train.max_minutes", "model.bf16_inference"})
 
 
-def changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+def changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any],
+                     ignore: frozenset[str] = PLACEMENT_KEYS) -> list[str]:
     """``"key old -> new"`` for every setting of ``now`` (flat) that differs from ``saved``, but
-    the ``PLACEMENT_KEYS``."""
+    the keys in ``ignore``."""
     return [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
-            if k not in PLACEMENT_KEYS and saved.get(k) != now.get(k)]
+            if k not in ignore and saved.get(k) != now.get(k)]
 
 
 def check_same_run(cfg: Config, saved: Mapping[str, Any] | None, run_dir: str | Path) -> None:

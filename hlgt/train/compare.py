@@ -13,8 +13,9 @@ all.
 
 ``curves`` lays two runs' learning curves side by side, epoch by epoch (training tree loss, and
 validation value and equation accuracy where validation ran), from each run's latest checkpoint,
-with the settings the two runs differ in: the curve says how the end points were reached, and the
-settings line says whether the runs were trained alike but for what is compared.
+with the settings the two runs differ in (all but where their files went and how they logged):
+the curve says how the end points were reached, and the settings line whether the runs were
+trained alike but for what is compared. Runs are read from local folders.
 """
 from __future__ import annotations
 
@@ -91,15 +92,22 @@ class Paired:
                       self.only_a + other.only_a, self.only_b + other.only_b)
 
 
+class Unfinished(FileNotFoundError):
+    """A run folder without the predictions its run writes when it ends."""
+
+
 def predictions_file(path: str | Path, split: str) -> Path:
     """A predictions file itself, or the one a run (or its ``best`` model folder) wrote for ``split``."""
     path = Path(path)
     if path.is_file():
         return path
-    found = (path.parent if path.name == "best" else path) / f"predictions_{split}.jsonl"
+    run = path.parent if path.name == "best" else path
+    if not run.exists():
+        raise FileNotFoundError(f"{run} does not exist")
+    found = run / f"predictions_{split}.jsonl"
     if found.is_file():
         return found
-    raise FileNotFoundError(f"{path}: no predictions_{split}.jsonl there (has the run finished?)")
+    raise Unfinished(f"{path}: no predictions_{split}.jsonl there (has the run finished?)")
 
 
 def verdicts(path: Path, metric: str) -> dict[str, bool]:
@@ -129,6 +137,10 @@ def pair(label: str, a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
 def _check_paired(a_paths: Sequence, b_paths: Sequence) -> None:
     if len(a_paths) != len(b_paths):
         raise ValueError(f"--a has {len(a_paths)} runs and --b {len(b_paths)}: they are paired by position")
+    for path in (*a_paths, *b_paths):
+        if "://" in str(path):
+            raise ValueError(f"{path}: runs are compared from local folders; copy it from the storage first "
+                             "(for S3: aws s3 sync)")
 
 
 def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, split: str = "test",
@@ -158,41 +170,84 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Settings that say where a run's files went or how it logged, not what it trained or how: left
+# out of the settings two curves differ in (workers, GPU, CUDA graphs and compiling stay: they
+# change the batch or the arithmetic).
+LOCATION_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb",
+                           "train.wandb_project", "train.threads"})
+
+
 @dataclass(frozen=True)
 class Curve:
     label: str
+    epoch: int  # the last epoch trained
     history: list[dict]  # one metrics dict per epoch trained (``hlgt.metrics``' names)
     settings: dict  # the run's flat config
 
 
-def latest_checkpoint(path: str | Path) -> Path:
-    """The latest checkpoint folder of a run folder (or of the run of its ``best`` model folder):
-    ``checkpoint/`` of a run trained in process, the newest ``checkpoint_<time>/`` of a Ray run."""
-    path = Path(path)
-    run = path.parent if path.name == "best" else path
-    if (run / "checkpoint" / STATE_FILE).is_file():
-        return run / "checkpoint"
-    ray = sorted(p for p in run.glob("checkpoint_*") if (p / STATE_FILE).is_file())  # named by time
-    if ray:
-        return ray[-1]
-    raise FileNotFoundError(f"{path}: no training checkpoint there: learning curves are read from run "
-                            "folders (a predictions file or a model folder of its own holds none)")
+def _checkpoint_folders(path: Path) -> list[Path]:
+    """The checkpoint folders ``path`` names: itself (a checkpoint folder), the checkpoint of a
+    model folder in it (``best``, ``model``), or every checkpoint of a run folder (``checkpoint/``
+    of a run trained in process, ``checkpoint_<time>/`` of a Ray run) or of the run of its
+    published ``best``."""
+    if (path / STATE_FILE).is_file():
+        return [path]
+    if path.name in ("best", "model") and (path.parent / STATE_FILE).is_file():
+        return [path.parent]
+    for run in (path, path.parent) if path.name == "best" else (path,):
+        found = [c for c in (run / "checkpoint", *run.glob("checkpoint_*")) if (c / STATE_FILE).is_file()]
+        if found:
+            return found
+    return []
 
 
-def curve(path: str | Path) -> Curve:
-    """A run's per-epoch metrics and settings, from its latest checkpoint (its trainer state's
-    history holds every epoch trained, resumed ones included)."""
-    checkpoint = latest_checkpoint(path)
+def _read_curve(checkpoint: Path) -> Curve:
+    """Raises ``ValueError`` for a file that is not what training writes (or not yet all of it)."""
     try:
         # mmap: only the history is read, not the optimizer's state (the bulk of the file).
         state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
-        history = list(state["history"])
-        if not all(isinstance(m, dict) and M.EPOCH in m and M.TRAIN_TREE_LOSS in m for m in history):
-            raise ValueError("its history is not one metrics record per epoch")
         settings = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    except (RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as error:
+        history = list(state["history"])
+        epoch = int(state["epoch"])
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, KeyError, IndexError, TypeError,
+            ValueError) as error:
         raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training ({error})") from None
-    return Curve(checkpoint.parent.name, history, settings)
+    if not isinstance(settings, dict) or not all(map(_is_epoch_record, history)):
+        raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training (its config or its "
+                         "per-epoch metrics are not what training writes)")
+    label = checkpoint.parent.name if checkpoint.name.startswith("checkpoint") else checkpoint.name
+    return Curve(label, epoch, history, settings)
+
+
+def _is_epoch_record(m) -> bool:
+    number = (int, float)
+    return (isinstance(m, dict) and isinstance(m.get(M.EPOCH), int) and isinstance(m.get(M.TRAIN_TREE_LOSS), number)
+            and (M.VAL_TREE_LOSS not in m or all(isinstance(m.get(k), number)
+                                                  for k in (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC))))
+
+
+def curve(path: str | Path) -> Curve:
+    """A run's per-epoch metrics and settings, from its latest checkpoint: of a Ray run's
+    checkpoints, the one of the most epochs that reads whole (Ray writes a checkpoint's files in
+    place, so the newest may be half copied; its folder names are local times). Its trainer
+    state's history holds every epoch trained, resumed ones included."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    found = _checkpoint_folders(path)
+    if not found:
+        raise FileNotFoundError(f"{path}: no training checkpoint there: learning curves are read from a run "
+                                "folder, its best/ or a checkpoint folder (a sweep's trial trains in "
+                                "<sweep>/train/<trial>)")
+    curves, errors = [], []
+    for checkpoint in found:
+        try:
+            curves.append(_read_curve(checkpoint))
+        except ValueError as error:
+            errors.append(error)
+    if not curves:
+        raise errors[-1]
+    return max(curves, key=lambda c: c.epoch)
 
 
 def _cells(m: dict | None) -> tuple[str, str]:
@@ -208,13 +263,13 @@ def _cells(m: dict | None) -> tuple[str, str]:
 
 
 def curves(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path]) -> str:
-    """Markdown: per pair of runs, the settings they differ in and their learning curves side by
-    side (an epoch one of them has not trained shows "–")."""
+    """Markdown: per pair of runs, the settings they differ in (but ``LOCATION_KEYS``) and their
+    learning curves side by side (an epoch one of them has not trained shows "–")."""
     _check_paired(a_paths, b_paths)
     out = []
     for a_path, b_path in zip(a_paths, b_paths):
         a, b = curve(a_path), curve(b_path)
-        differ = changed_settings(a.settings, b.settings)
+        differ = changed_settings(a.settings, b.settings, ignore=LOCATION_KEYS)
         out.append(f"Learning curves: A {a.label}, B {b.label}; settings A -> B: "
                    f"{'; '.join(differ) if differ else 'none differ'}\n\n")
         out.append("| epoch | A tree loss | B tree loss | A validation value / equation "
