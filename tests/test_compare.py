@@ -54,6 +54,9 @@ def test_pairs_by_problem_id_and_pools(tmp_path):
     assert [(r.n, r.right_a, r.right_b, r.only_a, r.only_b) for r in rows] == [
         (3, 2, 2, 1, 1), (2, 2, 1, 1, 0), (5, 4, 3, 2, 1)]
     assert rows[0].label == "a0 / b0" and rows[-1].label == "pooled"
+    final = write(tmp_path / "a2" / "checkpoint" / "predictions_test.jsonl", [("x", True, True)])
+    rows = compare([final.parent / "model", final.parent], [final.parent / "best", final])
+    assert [r.label for r in rows] == ["a2 / a2", "a2 / a2", "pooled"]  # a final checkpoint names its run
     equation = compare([a0], [b0], metric="equation")
     assert [(r.right_a, r.right_b, r.only_a, r.only_b) for r in equation] == [(1, 2, 1, 2)]
 
@@ -145,11 +148,17 @@ def test_which_checkpoint_a_curve_comes_from(tmp_path):
     late = ray / "checkpoint_2026-11-01_02-00-00.000000"
     late.mkdir()
     (late / "trainer_state.pt").write_bytes(b"PK\x03\x04 cut short")
-    assert curve(ray).epoch == 3
+    assert (curve(ray).epoch, curve(ray).passed_over) == (3, 1)
+    assert ("none differ; 1 unreadable checkpoint(s) of A passed over; 1 unreadable checkpoint(s) of B "
+            "passed over\n") in curves([ray], [ray / "best"])
+    # A run's best/ is published when it ends: before, it names the run still training.
+    assert not (ray / "best").exists() and curve(ray / "best").epoch == 3
     local = run_folder(tmp_path / "local", epochs, {})
     (local / "best").mkdir()  # published at the end, as the checkpoint's
     (local / "checkpoint" / "best").mkdir()
-    for path in (local, local / "best", local / "checkpoint", local / "checkpoint" / "best"):
+    (local / "checkpoint" / "model").mkdir()
+    for path in (local, local / "best", local / "checkpoint", local / "checkpoint" / "best",
+                 local / "checkpoint" / "model"):
         assert curve(path).epoch == 3 and curve(path).label == "local"
     predictions = write(tmp_path / "p.jsonl", [("x", True, True)])
     (tmp_path / "empty").mkdir()
@@ -169,6 +178,7 @@ def test_a_damaged_checkpoint_is_a_clear_error(tmp_path):
     damages = [lambda: state.write_bytes(b"not a torch file"),
                lambda: torch.save({"history": [1, 2], "epoch": 2}, state),
                lambda: torch.save({"epoch": 1}, state),
+               lambda: torch.save({"epoch": float("inf"), "history": []}, state),
                lambda: torch.save(torch.zeros(2), state),
                lambda: torch.save({"epoch": 1, "history": [{"epoch": [1], "train/tree_loss": 1.0}]}, state),
                lambda: torch.save({"epoch": 1, "history": [{"epoch": 1, "train/tree_loss": "1.0"}]}, state),

@@ -13,7 +13,8 @@ all.
 
 ``curves`` lays two runs' learning curves side by side, epoch by epoch (training tree loss, and
 validation value and equation accuracy where validation ran), from each run's latest checkpoint,
-with the settings the two runs differ in (all but where their files went and how they logged):
+with the settings the two runs differ in (all but where their files went, how they logged and
+their CPU threads):
 the curve says how the end points were reached, and the settings line whether the runs were
 trained alike but for what is compared. Runs are read from local folders.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import comb, erfc, exp, lgamma, log, sqrt
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -97,11 +98,12 @@ class Unfinished(FileNotFoundError):
 
 
 def predictions_file(path: str | Path, split: str) -> Path:
-    """A predictions file itself, or the one a run (or its ``best`` model folder) wrote for ``split``."""
+    """A predictions file itself, or the one a run (or its ``best`` model folder, or a checkpoint's
+    ``best`` or ``model``) wrote for ``split``."""
     path = Path(path)
     if path.is_file():
         return path
-    run = path.parent if path.name == "best" else path
+    run = path.parent if path.name in ("best", "model") else path
     if not run.exists():
         raise FileNotFoundError(f"{run} does not exist")
     found = run / f"predictions_{split}.jsonl"
@@ -157,8 +159,11 @@ def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, spl
 
 
 def name(predictions: Path) -> str:
-    """The run's name for a run's own predictions file, else the file's name."""
-    return predictions.parent.name if predictions.name.startswith("predictions_") else predictions.name
+    """The run's name for a run's own predictions file (or its final checkpoint's), else the file's name."""
+    if not predictions.name.startswith("predictions_"):
+        return predictions.name
+    folder = predictions.parent
+    return folder.parent.name if folder.name.startswith("checkpoint") else folder.name
 
 
 def markdown(rows: Sequence[Paired], metric: str) -> str:
@@ -170,9 +175,9 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Settings that say where a run's files went or how it logged, not what it trained or how: left
-# out of the settings two curves differ in (workers, GPU, CUDA graphs and compiling stay: they
-# change the batch or the arithmetic).
+# Settings that say where a run's files went, how it logged and how many CPU threads it took: left
+# out of the settings two curves differ in (threads change no more than the order of float sums;
+# workers, GPU, CUDA graphs and compiling stay: they change the batch or the arithmetic).
 LOCATION_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb",
                            "train.wandb_project", "train.threads"})
 
@@ -181,6 +186,7 @@ LOCATION_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", 
 class Curve:
     label: str
     epoch: int  # the last epoch trained
+    passed_over: int  # checkpoints of the run that did not read (half written, damaged)
     history: list[dict]  # one metrics dict per epoch trained (``hlgt.metrics``' names)
     settings: dict  # the run's flat config
 
@@ -210,13 +216,14 @@ def _read_curve(checkpoint: Path) -> Curve:
         history = list(state["history"])
         epoch = int(state["epoch"])
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, KeyError, IndexError, TypeError,
-            ValueError) as error:
-        raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training ({error})") from None
+            ValueError, ArithmeticError) as error:
+        raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training, or one still being "
+                         f"written ({error})") from None
     if not isinstance(settings, dict) or not all(map(_is_epoch_record, history)):
         raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training (its config or its "
                          "per-epoch metrics are not what training writes)")
     label = checkpoint.parent.name if checkpoint.name.startswith("checkpoint") else checkpoint.name
-    return Curve(label, epoch, history, settings)
+    return Curve(label, epoch, 0, history, settings)
 
 
 def _is_epoch_record(m) -> bool:
@@ -232,12 +239,13 @@ def curve(path: str | Path) -> Curve:
     place, so the newest may be half copied; its folder names are local times). Its trainer
     state's history holds every epoch trained, resumed ones included."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
+    named = path.parent if path.name == "best" else path  # a run's best/ appears when it ends
+    if not named.exists():
+        raise FileNotFoundError(f"{named} does not exist")
     found = _checkpoint_folders(path)
     if not found:
-        raise FileNotFoundError(f"{path}: no training checkpoint there: learning curves are read from a run "
-                                "folder, its best/ or a checkpoint folder (a sweep's trial trains in "
+        raise FileNotFoundError(f"{path}: no training checkpoint there (yet?): learning curves are read from a "
+                                "run folder, its best/ or a checkpoint folder (a sweep's trial trains in "
                                 "<sweep>/train/<trial>)")
     curves, errors = [], []
     for checkpoint in found:
@@ -247,7 +255,7 @@ def curve(path: str | Path) -> Curve:
             errors.append(error)
     if not curves:
         raise errors[-1]
-    return max(curves, key=lambda c: c.epoch)
+    return replace(max(curves, key=lambda c: c.epoch), passed_over=len(errors))
 
 
 def _cells(m: dict | None) -> tuple[str, str]:
@@ -263,15 +271,18 @@ def _cells(m: dict | None) -> tuple[str, str]:
 
 
 def curves(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path]) -> str:
-    """Markdown: per pair of runs, the settings they differ in (but ``LOCATION_KEYS``) and their
-    learning curves side by side (an epoch one of them has not trained shows "–")."""
+    """Markdown: per pair of runs, the settings they differ in (but ``LOCATION_KEYS``), any
+    checkpoint passed over, and their learning curves side by side (an epoch one of them has not
+    trained shows "–")."""
     _check_paired(a_paths, b_paths)
     out = []
     for a_path, b_path in zip(a_paths, b_paths):
         a, b = curve(a_path), curve(b_path)
         differ = changed_settings(a.settings, b.settings, ignore=LOCATION_KEYS)
+        unread = "".join(f"; {c.passed_over} unreadable checkpoint(s) of {side} passed over"
+                         for side, c in (("A", a), ("B", b)) if c.passed_over)
         out.append(f"Learning curves: A {a.label}, B {b.label}; settings A -> B: "
-                   f"{'; '.join(differ) if differ else 'none differ'}\n\n")
+                   f"{'; '.join(differ) if differ else 'none differ'}{unread}\n\n")
         out.append("| epoch | A tree loss | B tree loss | A validation value / equation "
                    "| B validation value / equation |\n|---:|---:|---:|---:|---:|\n")
         by_epoch = [{m[M.EPOCH]: m for m in c.history} for c in (a, b)]
