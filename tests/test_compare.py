@@ -7,7 +7,16 @@ import pytest
 import torch
 
 from hlgt.commands.compare import main
-from hlgt.train.compare import chi2_sf, cochran_q, compare, curve, curves, mcnemar_exact
+from hlgt.train.compare import (
+    chi2_sf,
+    cochran_q,
+    compare,
+    curve,
+    curves,
+    markdown,
+    mcnemar_exact,
+    sign_flip_exact,
+)
 
 
 def write(path, verdicts):
@@ -25,6 +34,31 @@ def test_exact_mcnemar_matches_the_binomial_test():
     assert mcnemar_exact(94, 52) == pytest.approx(0.000642, rel=1e-2)
     assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
     assert 0 < mcnemar_exact(1500, 1000) < 1e-20  # big counts: exact integers, no overflow
+
+
+def test_the_sign_flip_test_is_mcnemar_by_problem():
+    for only_a, only_b in ((26, 12), (72, 44), (5, 5), (1, 0), (0, 0)):
+        differences = [1] * only_a + [-1] * only_b + [0] * 7  # each problem once
+        assert sign_flip_exact(differences) == pytest.approx(mcnemar_exact(only_a, only_b), rel=1e-12)
+    # Two problems A alone solves in both of two seeds: of the 4 sign choices, 2 give |sum| >= 4.
+    assert sign_flip_exact([2, 2, 0]) == 0.5
+    assert sign_flip_exact(iter([2, -1])) == 1.0  # any iterable
+
+
+def test_pairs_over_the_same_problems_pool_by_problem(tmp_path):
+    """Two seeds on one test set: pooled counts take every problem twice; the p takes it once."""
+    seed1 = [write(tmp_path / f"{arm}1.jsonl", [("x", a, a), ("y", a, a), ("z", True, True)]) for arm, a in
+             (("a", True), ("b", False))]
+    seed2 = [write(tmp_path / f"{arm}2.jsonl", [("x", a, a), ("y", a, a), ("z", False, False)]) for arm, a in
+             (("a", True), ("b", False))]
+    rows = compare([seed1[0], seed2[0]], [seed1[1], seed2[1]])
+    pooled = rows[-1]
+    assert (pooled.n, pooled.only_a, pooled.only_b, pooled.repeats) == (6, 4, 0, True)
+    # McNemar over the pooled counts would say 2 / 2^4 = 0.125; by problem x and y count once each.
+    assert pooled.p == 0.5 and mcnemar_exact(4, 0) == 0.125
+    assert not rows[0].repeats and rows[0].p == mcnemar_exact(2, 0)
+    assert "| pooled (problems in several pairs: p by problem) | 6 | 83.3% | 16.7% | 4 / 0 | 0.5 |" in markdown(
+        rows, "value")
 
 
 def test_cochran_q_over_three_models_and_the_chi_square_tail():

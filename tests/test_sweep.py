@@ -696,6 +696,25 @@ def test_an_arm_trained_with_several_seeds_is_paired_with_itself_on_the_folds_bo
                              math23k)[0].folds_text == "-"
 
 
+def test_seeds_on_one_split_are_paired_by_problem():
+    from hlgt.sweep import tables
+
+    fold0 = [f"a{i}" for i in range(10)]
+    # Replicates 0 and 1: seeds 1 and 2 on the same fold. full solves a0-a7 with both seeds; the
+    # others a2-a7 (seed 1) and a2-a9 (seed 2): only full a0, a1 twice; only them a8, a9 once.
+    tests = {arm: tables.ArmTest(arm, {0: scored(fold0, set(fold0[:8] if arm == "full" else fold0[2:8])),
+                                       1: scored(fold0, set(fold0[:8] if arm == "full" else fold0[2:]))})
+             for arm in ("full", "no_line_graph", "no_aux_task")}
+    paired = tables.versus(tests["no_line_graph"], tests["full"])
+    assert (paired.n, paired.only_a, paired.only_b, paired.repeats) == (20, 2, 4, True)
+    # By problem: a0, a1 at -2, a8, a9 at +1: |sum| >= 2 in 12 of the 16 sign choices (pooled
+    # counts, 2 / 4, would give McNemar's 0.69 as if 6 problems had split).
+    assert paired.p == 12 / 16
+    md = tables.tables_markdown(tests, "mawps", pooled_over="2 seeds")
+    assert "| 2 / 4 | 0.75 |" in md and "the p takes each problem once" in md
+    assert "on the 20 problems of the replicates all of them tested (10 distinct" in md
+
+
 def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():
     def trial(replicate, error=None):
         return results.TrialOutcome(arm="full", sample=0, replicate=replicate, val_value_acc=math.nan,

@@ -5,11 +5,12 @@ pooled: an arm's accuracy is its right answers over all its test problems (MAWPS
 the published protocol: its 1,921 problems), beside the paper's figure for the dataset. Each arm is
 paired with ``full`` problem by problem on the replicates both ran (``hlgt.train.compare``): the
 problems only one of the two solves and the exact McNemar p say whether a difference is more than
-the luck of a few problems. Under a table of three arms or more, Cochran's Q says whether its arms
-differ at all. Where an arm was trained with more than one seed, it is paired with itself across
-seeds on the same folds: how far training noise alone moves an arm, the yardstick for its
-differences to ``full``. Table 4 is value accuracy by the number of quantities in the problem,
-pooled over the replicates every arm tested.
+the luck of a few problems (by problem where replicates share test problems: seeds on one split).
+Under a table of three arms or more, Cochran's Q says whether its arms differ at all. Where an arm
+was trained with more than one seed, it is paired with itself across seeds on the same folds: how
+far training noise alone moves an arm, the yardstick for its differences to ``full``. Table 4 is
+value accuracy by the number of quantities in the problem, pooled over the replicates every arm
+tested.
 """
 from __future__ import annotations
 
@@ -100,17 +101,22 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
              "| paper's row | arm | ours (%) | right / problems | paper (%) | ours − full | paper − full "
              "| only this arm / only full | exact McNemar p |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    repeats = False
     for arm in arms:
         t = tests.get(arm)
         if t is None:
             continue
         p = versus(t, ref) if ref is not None and arm != REFERENCE else None
+        repeats = repeats or (p is not None and p.repeats)
         ours_diff = f"{100 * (p.right_a - p.right_b) / p.n:+.1f}" if p else ""
         paper_diff = (f"{paper[arm] - paper[REFERENCE]:+.1f}" if arm != REFERENCE and arm in paper
                       and REFERENCE in paper else "")
         counts = f"{p.only_a} / {p.only_b}" if p else ""
         lines.append(f"| {PAPER_ROWS.get(arm, arm)} | {arm} | {_pct(t.accuracy)} | {t.right} / {t.n} "
                      f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {f'{p.p:.2g}' if p else ''} |")
+    if repeats:
+        lines.append("\nReplicates share test problems (seeds on one split): the p takes each problem once, "
+                     "the sign-flip test on its counts over the replicates.")
     differ = differ_line(arms, tests)
     return "\n".join(lines) + "\n" + (f"\n{differ}\n" if differ else "")
 
@@ -124,8 +130,11 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
         return ""
     models = [{f"{r}/{s.id}": s.value_correct for r in common for s in tests[a].by_replicate[r]} for a in present]
     q, df, p = cochran_q(models)
+    distinct = len({s.id for r in common for s in tests[present[0]].by_replicate[r]})
+    repeats = (f" ({distinct} distinct: a problem several replicates tested counts once per replicate, as if "
+               "they were independent problems)" if distinct < len(models[0]) else "")
     return (f"Do {which} {len(present)} arms differ at all? Cochran's Q on the {len(models[0])} problems of the "
-            f"replicates all of them tested: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
+            f"replicates all of them tested{repeats}: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ position. Each pair must hold the same problems: predictions are matched by prob
 problem in one file only is an error, not a silent drop. Two models trained with the same seed
 on the same folds differ in a few dozen problems per fold; only those problems inform the
 comparison, which is why the test counts them (McNemar) instead of comparing two accuracies.
+Pairs that share problems (two seeds on one test set) are pooled by problem: the p takes each
+problem once, with its count over the pairs (``sign_flip_exact``, McNemar's test where each problem
+counts once), where McNemar over the pooled counts would take a repeat for another problem.
 Cochran's Q extends McNemar to more than two models on the same problems: whether they differ at
 all.
 
@@ -22,10 +25,10 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import comb, erfc, exp, lgamma, log, sqrt
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -44,6 +47,26 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
         return 1.0
     tail = sum(comb(n, i) for i in range(k + 1))
     return min(1.0, 2 * tail / 2 ** n)  # exact integers: no overflow for thousands of problems
+
+
+def sign_flip_exact(differences: Iterable[int]) -> float:
+    """Two-sided exact p of the paired sign-flip test on each problem's difference (runs A solved
+    it in but B did not, less the reverse): under the hypothesis that A and B are exchangeable on
+    every problem, each difference is as likely negated. Where each problem counts once
+    (differences of -1, 0, 1) it is the exact McNemar p; where a problem is in several pairs (two
+    seeds on one test set) it stays one problem, where McNemar over the pooled counts would take
+    its repeats for independent problems."""
+    differences = list(differences)
+    steps = [abs(d) for d in differences if d]
+    observed = abs(sum(differences))
+    ways = {0: 1}  # sum of the signed differences -> number of sign choices giving it (exact integers)
+    for step in steps:
+        moved: dict[int, int] = {}
+        for total, count in ways.items():
+            for signed in (total + step, total - step):
+                moved[signed] = moved.get(signed, 0) + count
+        ways = moved
+    return min(1.0, sum(c for total, c in ways.items() if abs(total) >= observed) / 2 ** len(steps))
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -78,19 +101,32 @@ def cochran_q(models: Sequence[Mapping[str, bool]]) -> tuple[float, int, float]:
 @dataclass(frozen=True)
 class Paired:
     label: str
-    n: int
+    n: int  # problems, each counted once per pair it is in
     right_a: int
     right_b: int
     only_a: int
     only_b: int
+    # problem id -> pairs only A solved it in, less pairs only B did (its sign-flip difference)
+    differences: Mapping[str | int, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def repeats(self) -> bool:
+        """Whether some problem is in more than one of the pooled pairs (seeds, not folds)."""
+        return self.n > len(self.differences) > 0
 
     @property
     def p(self) -> float:
+        """The exact McNemar p, by problem where problems repeat (``sign_flip_exact``)."""
+        if self.repeats:
+            return sign_flip_exact(self.differences.values())
         return mcnemar_exact(self.only_a, self.only_b)
 
     def __add__(self, other: Paired) -> Paired:
+        differences = dict(self.differences)
+        for problem, d in other.differences.items():
+            differences[problem] = differences.get(problem, 0) + d
         return Paired("pooled", self.n + other.n, self.right_a + other.right_a, self.right_b + other.right_b,
-                      self.only_a + other.only_a, self.only_b + other.only_b)
+                      self.only_a + other.only_a, self.only_b + other.only_b, differences)
 
 
 class Unfinished(FileNotFoundError):
@@ -133,7 +169,8 @@ def pair(label: str, a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
     if not a:
         raise ValueError(f"{label}: the files hold no predictions")
     return Paired(label, len(a), sum(a.values()), sum(b.values()),
-                  sum(a[i] and not b[i] for i in a), sum(b[i] and not a[i] for i in a))
+                  sum(a[i] and not b[i] for i in a), sum(b[i] and not a[i] for i in a),
+                  {i: int(a[i]) - int(b[i]) for i in a})
 
 
 def _check_paired(a_paths: Sequence, b_paths: Sequence) -> None:
@@ -170,7 +207,8 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
     lines = [f"| runs (A / B) | problems | A {metric} acc | B {metric} acc | only A / only B | exact McNemar p |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r.label} | {r.n} | {100 * r.right_a / r.n:.1f}% | {100 * r.right_b / r.n:.1f}% "
+        label = f"{r.label} (problems in several pairs: p by problem)" if r.repeats else r.label
+        lines.append(f"| {label} | {r.n} | {100 * r.right_a / r.n:.1f}% | {100 * r.right_b / r.n:.1f}% "
                      f"| {r.only_a} / {r.only_b} | {r.p:.2g} |")
     return "\n".join(lines) + "\n"
 
