@@ -8,6 +8,7 @@ import torch
 
 from hlgt.commands.compare import main
 from hlgt.train.compare import (
+    Paired,
     chi2_sf,
     cochran_q,
     compare,
@@ -57,6 +58,11 @@ def test_pairs_over_the_same_problems_pool_by_problem(tmp_path):
     # McNemar over the pooled counts would say 2 / 2^4 = 0.125; by problem x and y count once each.
     assert pooled.p == 0.5 and mcnemar_exact(4, 0) == 0.125
     assert not rows[0].repeats and rows[0].p == mcnemar_exact(2, 0)
+    other_file = write(tmp_path / "other.jsonl", [("x", True, True), ("w", True, True), ("v", False, False)])
+    with pytest.raises(ValueError, match="share 1 problem ids but not all"):
+        compare([seed1[0], other_file], [seed1[1], other_file])  # "x" there is another problem
+    counts_only = Paired("counts", 4, 3, 1, 2, 0)  # no problem ids: pooled by counts
+    assert (rows[0] + counts_only).p == mcnemar_exact(4, 0)
     assert "| pooled (problems in several pairs: p by problem) | 6 | 83.3% | 16.7% | 4 / 0 | 0.5 |" in markdown(
         rows, "value")
 

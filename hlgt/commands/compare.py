@@ -1,7 +1,8 @@
 """hlgt-compare (python -m hlgt.train.compare): two models on the same problems, paired problem by
 problem (``hlgt.train.compare``): each one's accuracy, the problems only one of them solves and the
-exact McNemar p, per pair of runs and pooled; with ``--curves``, each pair's learning curves side
-by side and the settings the two runs differ in.
+exact McNemar p, per pair of runs and pooled (by problem where pairs share problems: seeds on one
+test set); with ``--curves``, each pair's learning curves side by side and the settings the two
+runs differ in.
 
     hlgt-compare --a runs/f0-full runs/f1-full --b runs/f0-gts runs/f1-gts [--split test] [--metric equation] [--curves]
 

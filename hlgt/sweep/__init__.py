@@ -7,5 +7,6 @@ import the trial function:
 - ``spec``: ``SweepSpec``, everything a trial needs, decided before Ray starts;
 - ``experiments``: the trial function and one Tune experiment per arm, then ``run`` (the whole sweep);
 - ``results``: selection on validation, one test evaluation per arm, the table, chart and W&B summary;
-- ``tables``: the paper's Tables 2-4 from the test predictions, with paired counts and McNemar's p.
+- ``tables``: the paper's Tables 2-4 from the test predictions, with paired counts and McNemar's p
+  (by problem where replicates share test problems).
 """

@@ -116,7 +116,7 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
                      f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {f'{p.p:.2g}' if p else ''} |")
     if repeats:
         lines.append("\nReplicates share test problems (seeds on one split): the p takes each problem once, "
-                     "the sign-flip test on its counts over the replicates.")
+                     "the sign-flip test on its net count over the replicates (only this arm less only full).")
     differ = differ_line(arms, tests)
     return "\n".join(lines) + "\n" + (f"\n{differ}\n" if differ else "")
 
@@ -132,7 +132,7 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
     q, df, p = cochran_q(models)
     distinct = len({s.id for r in common for s in tests[present[0]].by_replicate[r]})
     repeats = (f" ({distinct} distinct: a problem several replicates tested counts once per replicate, as if "
-               "they were independent problems)" if distinct < len(models[0]) else "")
+               "they were independent problems, so p is likely too small)" if distinct < len(models[0]) else "")
     return (f"Do {which} {len(present)} arms differ at all? Cochran's Q on the {len(models[0])} problems of the "
             f"replicates all of them tested{repeats}: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
 
@@ -259,6 +259,8 @@ def seed_rows(tests: Mapping[str, ArmTest], replicates: Sequence[Mapping]) -> li
             for r in seed_pairs(tests, replicates)]
 
 
+# mcnemar_p: the exact McNemar p, by problem where the pooled replicates share test problems
+# (``Paired.p``); the seed rows pair folds, whose problems never repeat.
 SEED_COLUMNS = ["arm", "seed_a", "seed_b", "folds", "test_value_acc_a", "test_value_acc_b", "problems", "only_a",
                 "only_b", "mcnemar_p"]
 TABLE_COLUMNS = ["arm", "paper_row", "test_value_acc_pooled", "right", "problems", "paper", "only_arm", "only_full",
