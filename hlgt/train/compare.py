@@ -17,9 +17,8 @@ all.
 ``curves`` lays two runs' learning curves side by side, epoch by epoch (training tree loss, and
 validation value and equation accuracy where validation ran), from each run's latest checkpoint,
 with the settings the two runs differ in (all but where their files went, how they logged and
-their CPU threads):
-the curve says how the end points were reached, and the settings line whether the runs were
-trained alike but for what is compared. Runs are read from local folders.
+their CPU threads): the curve says how the end points were reached, and the settings line whether
+the runs were trained alike but for what is compared. Runs are read from local folders.
 """
 from __future__ import annotations
 
