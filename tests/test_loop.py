@@ -280,6 +280,28 @@ def test_without_a_validation_split_the_last_epoch_is_kept_and_no_validation_sco
     assert all(M.VAL_VALUE_ACC in m for m in result.history)  # the ranking key still exists for Ray and Tune
 
 
+def test_charts_get_validation_only_from_the_epochs_that_validated(shards, tmp_path, monkeypatch):
+    """Reports carry the last validation forward every epoch (Ray ranks checkpoints by it); the
+    tracker's charts (W&B) get it only where validation ran."""
+    from hlgt.train import tracking
+
+    logged = []
+
+    class Recorder(tracking.Tracker):
+        def log(self, metrics, step=None):
+            logged.append((step, dict(metrics)))
+
+    monkeypatch.setattr(loop.tracking, "start", lambda *args, **kwargs: Recorder())
+    result = loop.train(tiny(**{"train.epochs": 4, "train.eval_every": 3}), shards, run_dir=tmp_path / "run")
+    assert [step for step, _ in logged] == [1, 2, 3, 4]
+    assert [M.VAL_VALUE_ACC in m for _, m in logged] == [True, False, True, True]  # the first, every third, the last
+    assert all(M.TRAIN_TREE_LOSS in m for _, m in logged)
+    assert all(M.VAL_VALUE_ACC in m for m in result.history)  # the reports still carry it
+    logged.clear()
+    loop.train(tiny(), _without_validation(shards, tmp_path / "shards"), run_dir=tmp_path / "novalid")
+    assert len(logged) == 2 and not any(M.VAL_VALUE_ACC in m for _, m in logged)  # never a made-up 0%
+
+
 def test_train_compile_compiles_the_decoder_levels_and_graph_layers_of_the_trained_model(shards):
     trainer = loop.Trainer(tiny(**{"train.compile": True}), shards, loop.Runtime(), None, None)
     trainer.prepare_training()

@@ -50,6 +50,8 @@ from hlgt.train.checkpoint import RESULTS_FILE, LocalReporter, fresh_state, publ
 from hlgt.train.step import EpochStats, epoch_batches, make_optimizer, planned, seed_everything, train_step
 
 SPLIT_METRICS = {"valid": (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC), "test": (M.TEST_VALUE_ACC, M.TEST_EQUATION_ACC)}
+# What every epoch's report carries, validated or not (``Trainer.validate``).
+CARRIED = SPLIT_METRICS["valid"]
 
 Report = Callable[[dict, "Path | None"], None]
 
@@ -257,7 +259,10 @@ class Trainer:
             self.state["epoch"] = epoch
             self.state["history"].append(metrics)
             self.log(_progress(epoch, epochs, metrics, evaluated, time.perf_counter() - started))
-            tracker.log(metrics, step=epoch)
+            # The report carries the last validation forward (Ray ranks checkpoints and schedulers
+            # read it every epoch); a chart draws only the epochs that validated.
+            tracker.log(metrics if evaluated else {k: v for k, v in metrics.items() if k not in CARRIED},
+                        step=epoch)
             self.report_epoch(report, metrics)
             if out_of_time and epoch < epochs:
                 self.log(f"train.max_minutes={self.cfg.train.max_minutes:g} reached after epoch {epoch}/{epochs}: "
