@@ -131,3 +131,18 @@ def test_progress_shows_epochs_and_how_their_batches_ran(capsys):
         progress("full", message)
     assert capsys.readouterr().out.splitlines() == ["[full] epoch 2/3 | loss 1.0",
                                                     "[full] cuda graphs: 30 batches replayed, 1 eager"]
+
+
+def test_an_epoch_that_did_not_validate_shows_no_validation_figure():
+    from hlgt.train.curve import curve_table, curves_side_by_side
+
+    def epoch(e, validated, acc):
+        m = {M.EPOCH: e, M.VAL_VALUE_ACC: acc, M.VAL_EQUATION_ACC: acc, M.TRAIN_TREE_LOSS: 1.0 / e,
+             M.TRAIN_COM_LOSS: 0.1, M.TRAIN_GRAD_NORM_MAX: 1.0}
+        return {**m, M.VAL_TREE_LOSS: 0.5} if validated else m
+
+    # --set train.eval_every=2: epoch 2 carries epoch 1's 40%; a run without validation carries 0.
+    histories = {"full": [epoch(1, True, 0.4), epoch(2, False, 0.4)], "gts": [epoch(1, False, 0.0)]}
+    side = curves_side_by_side(histories)
+    assert "| 1 | 40.0 | – |" in side and "| 2 | – | – |" in side
+    assert "| 2 | full | – | – |" in curve_table(histories)

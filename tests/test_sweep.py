@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hlgt import config as C
+from hlgt import metrics as M
 from hlgt.commands import sweep as command
 from hlgt.sweep import results, space
 from hlgt.sweep.spec import SweepSpec, build_shards
@@ -1018,3 +1019,15 @@ def test_a_trials_run_leaves_retries_to_tune(tmp_path, monkeypatch):
     monkeypatch.setattr("ray.tune.integration.ray_train.TuneReportCallback", lambda: "callback")
     experiments.trial({"arm": "full", "sample": 0, "replicate": 0}, spec)
     assert spec.max_failures == 3 and [kw["max_failures"] for kw in fits] == [0]
+
+
+def test_the_sweep_console_shows_validation_only_where_an_epoch_validated(capsys):
+    from hlgt.sweep.experiments import epoch_lines
+
+    lines = epoch_lines(validated=True)
+    carried = {M.EPOCH: 2, M.TRAIN_LOSS: 1.0, M.TRAIN_PROBLEMS_PER_S: 9.0, M.VAL_VALUE_ACC: 0.4}
+    lines.on_trial_result(0, [], "full_0", carried)
+    lines.on_trial_result(0, [], "full_0", {**carried, M.EPOCH: 3, M.VAL_TREE_LOSS: 0.5})
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["[sweep] full_0 epoch 2 | loss 1.0000 | 9.0 problems/s",
+                   "[sweep] full_0 epoch 3 | loss 1.0000 | val value 40.0% | 9.0 problems/s"]

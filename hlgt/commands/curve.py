@@ -33,7 +33,7 @@ from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards
 from hlgt.data.splits import MAWPS_FOLD_FILES
 from hlgt.storage import claim, sole_writer, write_text
-from hlgt.train.curve import curve_table, curves_side_by_side, train_arms
+from hlgt.train.curve import curve_rows, curve_table, curves_side_by_side, train_arms
 
 PROG = "hlgt-curve"
 
@@ -116,8 +116,9 @@ def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config],
     """Train the arms side by side, the shards held for reading in ``held`` (each arm reads them as it starts)."""
     first = configs[arms[0]]
     shards = str(use_shards(first, args.shards, held) if args.shards else ensure_shards(first, held=held))
-    print(f"[curve] {args.dataset}: arms {', '.join(arms)}; the first {args.limit} training and "
-          f"{args.val_limit} validation problems of {shards}; {args.epochs} epochs, seed {first.train.seed}, "
+    n_train, n_valid = map(len, curve_rows(shards, args.limit, args.val_limit))  # fewer where the split is smaller
+    print(f"[curve] {args.dataset}: arms {', '.join(arms)}; the first {n_train} training and "
+          f"{n_valid} validation problems of {shards}; {args.epochs} epochs, seed {first.train.seed}, "
           f"batch {first.train.batch_size}; {jobs} at once, {threads} torch thread(s) each, {args.device}",
           flush=True)
     started = time.perf_counter()
@@ -126,7 +127,7 @@ def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config],
     histories = train_arms(jobs_args, jobs)
     minutes = (time.perf_counter() - started) / 60
     table, side = curve_table(histories), curves_side_by_side(histories)
-    print(f"\n{table}\n\nValidation value accuracy (%) on the first {args.val_limit} validation problems:\n\n{side}\n"
+    print(f"\n{table}\n\nValidation value accuracy (%) on the first {n_valid} validation problems:\n\n{side}\n"
           f"\n[curve] {minutes:.1f} minutes", flush=True)
     if args.out:
         write_text(out / "curve.json", json.dumps({"args": vars(args), "shards": shards, "histories": histories},

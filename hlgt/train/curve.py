@@ -29,12 +29,25 @@ def progress(arm: str, message: str) -> None:
         print(f"[{arm}] {message}", flush=True)
 
 
+def curve_rows(shards: str, limit: int, val_limit: int) -> tuple[list[dict], list[dict]]:
+    """The rows every arm trains and validates on: the first ``limit`` training rows with a gold
+    equation, the first ``val_limit`` validation rows."""
+    return ([r for r in load_rows(shards, "train") if r["prefix"] is not None][:limit],
+            load_rows(shards, "valid")[:val_limit])
+
+
 def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_dir: str, device: str) -> list[dict]:
     """Train one arm (in this process), printing its progress lines, and return its per-epoch metrics."""
-    train_rows = [r for r in load_rows(shards, "train") if r["prefix"] is not None][:limit]
-    eval_rows = {"train": train_rows, "valid": load_rows(shards, "valid")[:val_limit], "test": []}
+    train_rows, valid_rows = curve_rows(shards, limit, val_limit)
+    eval_rows = {"train": train_rows, "valid": valid_rows, "test": []}
     runtime = loop.Runtime(device=torch.device(device), eval_rows=eval_rows.__getitem__, log=lambda m: progress(arm, m))
     return loop.train(cfg, shards, run_dir=run_dir, runtime=runtime, evaluate_test=False).history
+
+
+def _validation(m: dict, key: str) -> str:
+    """An epoch's validation figure (%), "–" where the epoch did not validate (its metrics carry
+    the last validation forward, or 0 before any: only an epoch that validated has a validation loss)."""
+    return f"{100 * m[key]:.1f}" if M.VAL_TREE_LOSS in m else "–"
 
 
 def curve_table(histories: dict[str, list[dict]]) -> str:
@@ -50,8 +63,8 @@ def curve_table(histories: dict[str, list[dict]]) -> str:
             if e >= len(history):
                 continue
             m = history[e]
-            cells = [str(m[M.EPOCH]), arm, f"{100 * m[M.VAL_VALUE_ACC]:.1f}",
-                     f"{m.get(M.VAL_TREE_LOSS, float('nan')):.3f}", f"{m[M.TRAIN_TREE_LOSS]:.3f}",
+            cells = [str(m[M.EPOCH]), arm, _validation(m, M.VAL_VALUE_ACC),
+                     f"{m[M.VAL_TREE_LOSS]:.3f}" if M.VAL_TREE_LOSS in m else "–", f"{m[M.TRAIN_TREE_LOSS]:.3f}",
                      f"{m[M.TRAIN_COM_LOSS]:.3f}", f"{m[M.TRAIN_GRAD_NORM_MAX]:.3g}"]
             cells += [f"{m[M.grad_norm_metric(p)]:.3g}" if M.grad_norm_metric(p) in m else "–" for p in parts]
             cells += [f"{m[M.scale_metric(a)]:.3g}" if M.scale_metric(a) in m else "–" for a in acts]
@@ -64,7 +77,7 @@ def curves_side_by_side(histories: dict[str, list[dict]]) -> str:
     arms = list(histories)
     lines = ["| epoch | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
     for e in range(max(len(h) for h in histories.values())):
-        cells = [f"{100 * h[e][M.VAL_VALUE_ACC]:.1f}" if e < len(h) else "–" for h in histories.values()]
+        cells = [_validation(h[e], M.VAL_VALUE_ACC) if e < len(h) else "–" for h in histories.values()]
         lines.append(f"| {e + 1} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
