@@ -13,6 +13,7 @@ decoding settings a caller may change (beam size, ``bf16_inference``) are argume
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -104,7 +105,8 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
 
 
 def format_answer(value: float) -> str:
-    """An answer as printed: integers without a decimal point, others to six significant digits."""
-    if abs(value - round(value)) < 1e-9:
+    """An answer as printed: a whole number (to a relative 1e-9, float arithmetic's noise) without
+    a decimal point, others to ten significant digits (1234567.5 stays itself, 2e-10 is not 0)."""
+    if math.isfinite(value) and abs(value - round(value)) <= 1e-9 * abs(value):
         return str(int(round(value)))
-    return f"{value:.6g}"
+    return f"{value:.10g}"

@@ -18,7 +18,11 @@ def test_infix_substitutes_numbers():
 
 
 def test_format_answer():
-    assert [format_answer(v) for v in (3.0, 2.9999999999, -4.0, 0.125, 1 / 3)] == ["3", "3", "-4", "0.125", "0.333333"]
+    assert [format_answer(v) for v in (3.0, 2.9999999999, -4.0, 0.125, 1 / 3, 0.0)] == [
+        "3", "3", "-4", "0.125", "0.3333333333", "0"]
+    # Large and small answers keep their digits; float noise does not show.
+    assert [format_answer(v) for v in (1234567.5, 98765432.1, 2e-10, 0.1 + 0.2, float("inf"))] == [
+        "1234567.5", "98765432.1", "2e-10", "0.3", "inf"]
 
 
 def test_predict_decodes_by_length_but_returns_row_order(monkeypatch):
