@@ -211,6 +211,16 @@ def test_default_folder_and_cli(tmp_path, monkeypatch, capsys):
     assert "--actors takes one number when building (a list only with --bench)" in capsys.readouterr().err
 
 
+def test_bench_of_a_split_of_one_batch_has_no_steady_rate(tmp_path, monkeypatch, capsys):
+    from hlgt.commands.build import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--dataset", "sample", "--split", "valid", "--bench", "--actors", "0,0"]) == 0
+    out = capsys.readouterr().out
+    assert "n/a problems/s after the first batch" in out  # 10 problems: the first batch is all of them
+    assert "speed ratio actors 0/0:" in out and "x overall, n/a after the first batch" in out
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--batch-size", "-1", "must be >= 1, got -1"),  # it left an empty train.partial/ behind
     ("--batch-size", "0", "must be >= 1, got 0"),

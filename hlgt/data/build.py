@@ -500,6 +500,10 @@ def ensure_shards(cfg: Config, address: str | None = None, held: contextlib.Exit
 # Benchmark: problems per second with 1, 2, ... actors in one Ray session.
 
 
+def _rate(value: float | None, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else format(value, spec) + unit
+
+
 def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None = None,
           batch_size: int = BATCH_SIZE) -> dict:
     """Annotate + graph one split with each actor count (0 = in-process) in one Ray session; writes nothing.
@@ -509,6 +513,8 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
     """
     prepared = prepare(cfg, [split])
     table = input_table(prepared.examples[split])
+    if table.num_rows == 0:
+        raise ValueError(f"{cfg.data.dataset} {split} holds no problems to time")
     print(f"[bench] {cfg.data.dataset} {split}: {table.num_rows} problems, annotator {cfg.data.annotator}, "
           f"{os.cpu_count()} CPUs on this machine", flush=True)
     started_ray = (start_ray(address, console=False, dashboard=False, cpus=max(*actor_counts, os.cpu_count() or 1),
@@ -525,11 +531,13 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
             result = consume(_timed(results, first), table.num_rows)
             seconds = time.perf_counter() - start
             after_first = table.num_rows - first[0][1]
+            # A split of one batch has no steady rate to measure.
+            steady = after_first / max(seconds - (first[0][0] - start), 1e-9) if after_first else None
             runs[n] = {"seconds": round(seconds, 3), "problems_per_s": table.num_rows / seconds,
-                       "steady_problems_per_s": after_first / max(seconds - (first[0][0] - start), 1e-9)}
+                       "steady_problems_per_s": steady}
             print(f"[bench] actors={n}: {table.num_rows} problems in {seconds:.2f} s = "
-                  f"{runs[n]['problems_per_s']:.1f} problems/s overall, {runs[n]['steady_problems_per_s']:.1f} "
-                  f"problems/s after the first batch (at {first[0][0] - start:.2f} s); "
+                  f"{runs[n]['problems_per_s']:.1f} problems/s overall, "
+                  f"{_rate(steady, '.1f')} problems/s after the first batch (at {first[0][0] - start:.2f} s); "
                   f"dropped {dict(result.dropped) or 0}", flush=True)
     finally:
         if started_ray:
@@ -542,12 +550,12 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
           + "; ".join(f"{v}: {stats[f'{v}/avg_edges']} edges, {stats[f'{v}/avg_line_edges']} line edges"
                       for v in GRAPH_VARIANTS), flush=True)
     base = actor_counts[0]
-    ratios = {f"{n}/{base}": {k: round(runs[n][k] / runs[base][k], 3) for k in ("problems_per_s",
-                                                                                 "steady_problems_per_s")}
+    ratios = {f"{n}/{base}": {k: round(runs[n][k] / runs[base][k], 3) if runs[n][k] and runs[base][k] else None
+                              for k in ("problems_per_s", "steady_problems_per_s")}
               for n in actor_counts[1:]}
     for name, r in ratios.items():
-        print(f"[bench] speed ratio actors {name}: {r['problems_per_s']:.2f}x overall, "
-              f"{r['steady_problems_per_s']:.2f}x after the first batch", flush=True)
+        print(f"[bench] speed ratio actors {name}: {_rate(r['problems_per_s'], '.2f', 'x')} overall, "
+              f"{_rate(r['steady_problems_per_s'], '.2f', 'x')} after the first batch", flush=True)
     return {"problems": table.num_rows, "runs": runs, "ratios": ratios, "graph": stats}
 
 
