@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[evaluate] {args.model} on {what} ({report.n} problems, "
           f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
           f"{100 * report.value_acc:.1f}%, equation accuracy {100 * report.equation_acc:.1f}%, "
-          f"{report.n / max(seconds, 1e-9):.1f} problems/s")
+          f"{report.n / max(seconds, 1e-9):.1f} problems/s end to end (read, prepared, decoded and scored)")
     if args.data:
         print(file_summary(tally, counts))
     print(table4_markdown(report, title=f"{name}: accuracy by number of numbers"))
