@@ -118,6 +118,8 @@ def test_predictions_file_and_tables(tmp_path, scored):
     assert table4_markdown(report) in md
     lines = table4_csv(report).splitlines()
     assert lines[0] == "numbers,problems,proportion,value_acc,equation_acc" and len(lines) == 9
+    # A bucket without problems has no accuracy to show, not 0%.
+    assert "| 6 | 0 | 0.0% | – | – |" in md and "6,0,0.000000,," in lines
 
 
 @pytest.mark.parametrize("bf16", [False, True])

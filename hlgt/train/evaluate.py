@@ -125,8 +125,8 @@ class BucketRow:
     bucket: str
     count: int
     proportion: float
-    value_acc: float
-    equation_acc: float
+    value_acc: float | None  # None where the bucket holds no problem
+    equation_acc: float | None
 
 
 @dataclass(frozen=True)
@@ -163,8 +163,8 @@ class Tally:
         n = self.n
         if not n:
             raise ValueError("no problems to evaluate")
-        rows = [BucketRow(bucket=b, count=k, proportion=k / n, value_acc=value / k if k else 0.0,
-                          equation_acc=equation / k if k else 0.0)
+        rows = [BucketRow(bucket=b, count=k, proportion=k / n, value_acc=value / k if k else None,
+                          equation_acc=equation / k if k else None)
                 for b, (k, value, equation) in self.counts.items()]
         return Report(n=n, value_acc=self.value_right / n,
                       equation_acc=sum(c[2] for c in self.counts.values()) / n, by_numbers=rows)
@@ -240,13 +240,17 @@ def score_predictions(rows: Sequence[Mapping[str, Any]],
     return summarise(scored), scored
 
 
+def _percent(fraction: float | None) -> str:
+    return "–" if fraction is None else f"{100 * fraction:.1f}%"
+
+
 def table4_markdown(report: Report, title: str = "") -> str:
     """The Table-4 breakdown as a Markdown table."""
     lines = [f"### {title}", ""] if title else []
     lines += ["| numbers | problems | proportion | value acc | equation acc |", "|---|---:|---:|---:|---:|"]
     for r in report.by_numbers:
-        lines.append(f"| {r.bucket} | {r.count} | {100 * r.proportion:.1f}% | {100 * r.value_acc:.1f}% "
-                     f"| {100 * r.equation_acc:.1f}% |")
+        lines.append(f"| {r.bucket} | {r.count} | {100 * r.proportion:.1f}% | {_percent(r.value_acc)} "
+                     f"| {_percent(r.equation_acc)} |")
     lines.append(f"| all | {report.n} | 100.0% | {100 * report.value_acc:.1f}% | {100 * report.equation_acc:.1f}% |")
     return "\n".join(lines) + "\n"
 
@@ -255,8 +259,9 @@ def table4_csv(report: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["numbers", "problems", "proportion", "value_acc", "equation_acc"])
-    for r in report.by_numbers:
-        w.writerow([r.bucket, r.count, f"{r.proportion:.6f}", f"{r.value_acc:.6f}", f"{r.equation_acc:.6f}"])
+    for r in report.by_numbers:  # an empty bucket's accuracies: empty cells
+        w.writerow([r.bucket, r.count, f"{r.proportion:.6f}",
+                    *("" if acc is None else f"{acc:.6f}" for acc in (r.value_acc, r.equation_acc))])
     w.writerow(["all", report.n, "1.000000", f"{report.value_acc:.6f}", f"{report.equation_acc:.6f}"])
     return buf.getvalue()
 
@@ -332,7 +337,7 @@ def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Seque
         html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
         predicted = f"{s.predicted} ({'none' if s.predicted_value is None else f'{s.predicted_value:.6g}'})"
         entries.append((pages.add(s.id, html), [s.id, s.text[:120], f"{s.gold} ({s.answer:.6g})", predicted]))
-    bars = [(r.bucket, r.value_acc, f"{100 * r.value_acc:.0f}% of {r.count}" if r.count else "none")
+    bars = [(r.bucket, r.value_acc or 0.0, f"{100 * r.value_acc:.0f}% of {r.count}" if r.count else "none")
             for r in report.by_numbers]
     chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems: "
                             f"{100 * report.value_acc:.1f}%")
