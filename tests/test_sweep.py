@@ -85,19 +85,22 @@ def test_smoke_plan(tmp_path):
 
 def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     rows = [
-        {"arm": "full", "config": "heads=4 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 0,
+        {"arm": "full", "config": "heads=4 layers=2 beta_com=0.1", "runs": 3, "stopped_early": 1, "trials": 12,
+         "failed": 0, "without_model": 2,
          "val_value_acc_mean": 0.80, "val_value_acc_std": 0.01, "test_value_acc_mean": 0.78,
          "test_value_acc_std": 0.02, "test_equation_acc_mean": 0.70, "test_equation_acc_std": 0.03,
          "checkpoints": ["/s/train/full-s0-r0-a/checkpoint_1/best"]},
-        {"arm": "no_line_graph", "config": "heads=2 layers=2 beta_com=0.1", "runs": 3, "trials": 12, "failed": 1,
-         "val_value_acc_mean": 0.75, "val_value_acc_std": 0.0, "test_value_acc_mean": 0.74,
-         "test_value_acc_std": 0.05, "test_equation_acc_mean": 0.66, "test_equation_acc_std": 0.01,
+        {"arm": "no_line_graph", "config": "heads=2 layers=2 beta_com=0.1", "runs": 1, "stopped_early": 0,
+         "trials": 12, "failed": 1, "without_model": 0, "val_value_acc_mean": 0.75, "val_value_acc_std": math.nan,
+         "test_value_acc_mean": 0.74, "test_value_acc_std": math.nan, "test_equation_acc_mean": 0.66,
+         "test_equation_acc_std": math.nan,
          "checkpoints": ["/s/train/no_line_graph-s1-r0-b/checkpoint_2/best"]},
     ]
     paths = results.write_results(tmp_path, rows, "seeds", "t")
     md = paths["md"].read_text()
-    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 | 12 | 0 |" in md
-    assert "| seeds | trials | failed |" in md
+    assert "| full | heads=4 layers=2 beta_com=0.1 | 80.0 ± 1.0 | 78.0 ± 2.0 | 70.0 ± 3.0 | 3 | 1 | 12 | 0 | 2 |" in md
+    assert "| no_line_graph | heads=2 layers=2 beta_com=0.1 | 75.0 | 74.0 | 66.0 | 1 | 0 | 12 | 1 | 0 |" in md
+    assert "| seeds | of them stopped early | trials | failed | without a model |" in md
     assert "- full: /s/train/full-s0-r0-a/checkpoint_1/best\n- no_line_graph: /s/train/no_line_graph-s1-r0-b" in md
     assert paths["csv"].read_text().splitlines() == [",".join(results.CSV_COLUMNS)]  # no replicate rows given
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
@@ -111,7 +114,8 @@ def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
 
 
 def test_mean_std():
-    assert results.mean_std([0.5]) == (0.5, 0.0)
+    mean, std = results.mean_std([0.5])
+    assert mean == 0.5 and math.isnan(std)  # one value has no deviation to show
     m, s = results.mean_std([0.4, 0.6])
     assert m == pytest.approx(0.5) and s == pytest.approx(math.sqrt(0.02))
 
@@ -569,10 +573,11 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None,
                                         tmp_path)
     assert test.n == 0 and row["replicates"] == []
-    assert (row["config"], row["runs"], row["trials"], row["failed"]) == ("no trial finished", 0, 2, 2)
+    assert (row["config"], row["runs"], row["trials"], row["failed"], row["without_model"]) == (
+        "no trial finished", 0, 2, 2, 0)
     assert math.isnan(row["test_value_acc_mean"]) and row["checkpoints"] == []
     paths = results.write_results(tmp_path, [row], "seeds", "t")
-    assert "| full | no trial finished | - | - | - | 0 | 2 | 2 |" in paths["md"].read_text()
+    assert "| full | no trial finished | - | - | - | 0 | 0 | 2 | 2 | 0 |" in paths["md"].read_text()
     assert "- none: no trial finished" in paths["md"].read_text()
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
 
@@ -1031,3 +1036,27 @@ def test_the_sweep_console_shows_validation_only_where_an_epoch_validated(capsys
     out = capsys.readouterr().out.splitlines()
     assert out == ["[sweep] full_0 epoch 2 | loss 1.0000 | 9.0 problems/s",
                    "[sweep] full_0 epoch 3 | loss 1.0000 | val value 40.0% | 9.0 problems/s"]
+
+
+def test_a_chosen_replicate_stopped_before_its_last_epoch_is_counted(tmp_path):
+    """ASHA stops a replicate of the best configuration early, or a time budget does: its model is
+    tested with the others, and the table says how many were short of their epochs."""
+    from hlgt.train.evaluate import write_predictions
+
+    spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample", "train.epochs": 4},
+                     arms=["full"], samples=[{"model.heads": 4}],
+                     replicates=[{"data.fold": 0, "train.seed": s} for s in (1, 2)])
+    trials = []
+    for replicate, epochs in ((0, 4), (1, 2)):
+        record = tmp_path / f"record{replicate}"
+        record.mkdir()
+        write_predictions(record / "predictions_test.jsonl", scored(["a", "b"], {"a"}))
+        (record / "checkpoint.txt").write_text(f"/c/{replicate}", encoding="utf-8")
+        (record / results.RECORD_FILE).write_text("{}", encoding="utf-8")
+        trials.append(results.TrialOutcome(arm="full", sample=0, replicate=replicate, val_value_acc=0.5,
+                                           checkpoint=f"/c/{replicate}", error=None, record=record, epochs=epochs))
+    trials.append(results.TrialOutcome(arm="full", sample=0, replicate=1, val_value_acc=math.nan, checkpoint=None,
+                                       error=None))  # left no model
+    row, _ = results.select_and_test(spec, "full", trials, None, tmp_path / "out")
+    assert (row["runs"], row["stopped_early"], row["trials"], row["without_model"]) == (2, 1, 3, 1)
+    assert [r["epochs"] for r in row["replicates"]] == [4, 2]

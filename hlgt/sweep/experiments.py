@@ -418,4 +418,8 @@ def run(spec: SweepSpec, address: str | None = None) -> list[dict]:
         if r["failed"] or not r["runs"]:
             print(f"[sweep] {r['arm']}: {r['failed']} of {r['trials']} trial(s) failed"
                   + ("; no trial finished, so the arm has no scores" if not r["runs"] else ""), flush=True)
+        if r["stopped_early"]:
+            print(f"[sweep] {r['arm']}: {r['stopped_early']} of its {r['runs']} chosen {spec.replicate_kind} stopped "
+                  "before their last epoch (the scheduler, or a time budget) and were tested as they were: their "
+                  "epochs are in results.csv", flush=True)
     return rows

@@ -41,10 +41,11 @@ from hlgt.train.checkpoint import RESULTS_FILE, changed_settings
 # Ray (a trial's checkpoint) and matplotlib (the chart) are imported where they are used: writing the
 # tables of finished trials needs neither.
 
-ROW_COLUMNS = ["arm", "config", "runs", "trials", "failed", "val_value_acc_mean", "val_value_acc_std",
+ROW_COLUMNS = ["arm", "config", "runs", "stopped_early", "trials", "failed", "without_model", "val_value_acc_mean",
+               "val_value_acc_std",
                "test_value_acc_mean", "test_value_acc_std", "test_equation_acc_mean", "test_equation_acc_std"]
-CSV_COLUMNS = ["arm", "config", "replicate", "fold", "seed", "problems", "val_value_acc", "test_value_acc",
-               "test_equation_acc", "model"]
+CSV_COLUMNS = ["arm", "config", "replicate", "fold", "seed", "epochs", "problems", "val_value_acc",
+               "test_value_acc", "test_equation_acc", "model"]
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TrialOutcome:
     checkpoint: str | None  # its latest checkpoint (holds best/)
     error: str | None
     record: Path | None = None  # its tested record (``recorded_trials``) when its checkpoints are gone
+    epochs: int | None = None  # the epochs it trained (a scheduler or a time budget may stop it short); None: unknown
 
 
 def best_validation(fs, checkpoint: str | None) -> float:
@@ -78,7 +80,8 @@ def outcomes(spec: SweepSpec, arm: str, grid) -> list[TrialOutcome]:
         checkpoint = (r.metrics or {}).get("checkpoint_path")
         out.append(TrialOutcome(arm=arm, sample=int(r.config["sample"]), replicate=int(r.config["replicate"]),
                                 val_value_acc=best_validation(fs, checkpoint), checkpoint=checkpoint,
-                                error=None if r.error is None else str(r.error)))
+                                error=None if r.error is None else str(r.error),
+                                epochs=(r.metrics or {}).get(M.EPOCH)))
     return out
 
 
@@ -91,6 +94,7 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
 
     fs, root = storage.filesystem(spec.train_storage)
     latest: dict[tuple[str, int, int], str] = {}
+    epochs: dict[tuple, int | None] = {}  # (trial, checkpoint) -> the epochs its run trained
     for folder in fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True)):
         trial = read_trial_folder(folder.base_name) if folder.type == pyarrow.fs.FileType.Directory else None
         if trial is None:
@@ -104,6 +108,7 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
             continue  # still training, or waiting to resume
         with fs.open_input_stream(f"{checkpoint}/config.json") as f:
             changed = changed_settings(json.loads(f.read()), Config.from_flat(spec.trial_flat(*trial)).to_flat())
+        epochs[trial, checkpoint] = trained_epochs(fs, checkpoint)
         if changed:
             notes.append(f"{folder.path}: trained other settings than the sweep's ({'; '.join(changed)})")
         elif trial in latest:
@@ -114,7 +119,8 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
             latest[trial] = checkpoint
     # Checkpoints are named by their path in the storage's filesystem, as Tune reports them.
     found = {trial: TrialOutcome(arm=trial[0], sample=trial[1], replicate=trial[2],
-                                 val_value_acc=best_validation(fs, c), checkpoint=c, error=None)
+                                 val_value_acc=best_validation(fs, c), checkpoint=c, error=None,
+                                 epochs=epochs[trial, c])
              for trial, c in latest.items()}
     found = {**recorded_trials(spec, notes), **found}
     return {arm: [t for key, t in sorted(found.items()) if key[0] == arm] for arm in spec.arms}
@@ -154,7 +160,7 @@ def recorded_trials(spec: SweepSpec, notes: list[str]) -> dict[tuple[str, int, i
                 notes.append(f"{folder}: a trial record of other settings than the sweep's ({'; '.join(changed)})")
                 continue
             found[trial] = TrialOutcome(arm=arm, sample=trial[1], replicate=replicate, val_value_acc=val_value_acc,
-                                        checkpoint=checkpoint, error=None, record=folder)
+                                        checkpoint=checkpoint, error=None, record=folder, epochs=record.get("epochs"))
     return found
 
 
@@ -162,6 +168,16 @@ def with_records(spec: SweepSpec, trials: list[TrialOutcome]) -> list[TrialOutco
     """An arm's trials from Tune, each one that left no checkpoint (it was recorded, so not
     trained again) replaced by its record (``spec.recorded``)."""
     return [spec.recorded.get((t.arm, t.sample, t.replicate), t) if t.checkpoint is None else t for t in trials]
+
+
+def trained_epochs(fs, checkpoint: str) -> int | None:
+    """The epochs a final checkpoint's run trained (its ``results.json``); None when unreadable."""
+    try:
+        with fs.open_input_stream(f"{checkpoint}/{RESULTS_FILE}") as f:
+            epochs = json.loads(f.read())[M.EPOCH]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return epochs if isinstance(epochs, int) else None
 
 
 def final_checkpoint(fs, trial_dir: str) -> str | None:
@@ -175,28 +191,33 @@ def final_checkpoint(fs, trial_dir: str) -> str | None:
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and standard deviation of the values that are numbers (NaN: no validation score)."""
+    """Mean and standard deviation of the values that are numbers (NaN: no validation score); the
+    deviation of one value is NaN (nothing measured it), not 0."""
     values = [v for v in values if not math.isnan(v)]
     if not values:
         return float("nan"), float("nan")
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
+
+
+def usable(t: TrialOutcome, validated: bool) -> bool:
+    """A trial that did not fail and saved a model (a validated one, where trials validate)."""
+    return t.error is None and bool(t.checkpoint) and (not validated or not math.isnan(t.val_value_acc))
 
 
 def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutcome]:
     """The replicates of the arm's configuration with the best mean validation value accuracy,
-    among the trials that did not fail and saved a validated model; none when no trial did.
-    Without validation (one configuration), every trial that did not fail and saved a model."""
-    usable = [t for t in trials
-              if t.error is None and t.checkpoint and (not validated or not math.isnan(t.val_value_acc))]
-    if not usable:
+    among the ``usable`` trials; none when no trial is. Without validation (one configuration),
+    every usable trial."""
+    usable_trials = [t for t in trials if usable(t, validated)]
+    if not usable_trials:
         return []
     by_sample: dict[int, list[TrialOutcome]] = {}
-    for t in usable:
+    for t in usable_trials:
         by_sample.setdefault(t.sample, []).append(t)
     if not validated:
         if len(by_sample) > 1:
             raise ValueError(f"configurations {sorted(by_sample)} without validation: nothing chooses among them")
-        return sorted(usable, key=lambda t: t.replicate)
+        return sorted(usable_trials, key=lambda t: t.replicate)
     best_sample = max(by_sample, key=lambda s: (statistics.fmean(t.val_value_acc for t in by_sample[s]), -s))
     return sorted(by_sample[best_sample], key=lambda t: t.replicate)
 
@@ -240,7 +261,7 @@ def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path,
     E.write_report(out, "test", report, scored)
     write_text(out / "checkpoint.txt", t.checkpoint)
     write_text(out / RECORD_FILE, json.dumps({"sample": t.sample, "val_value_acc": t.val_value_acc,
-                                              "config": cfg.to_flat()}, indent=1))
+                                              "epochs": t.epochs, "config": cfg.to_flat()}, indent=1))
     print(f"[sweep] {t.arm} replicate {t.replicate} tested: value accuracy {report.value_acc:.1%}", flush=True)
     tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
     return report, scored
@@ -260,11 +281,16 @@ def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], track
     te_mean, te_std = mean_std([r.equation_acc for r in reports])
     config = describe(spec.arm_params(arm, chosen[0].sample)) if chosen else "no trial finished"
     replicates = [{"arm": arm, "config": config, "replicate": t.replicate, **_fold_seed(spec.replicates[t.replicate]),
-                   "problems": r.n, "val_value_acc": t.val_value_acc, "test_value_acc": r.value_acc,
+                   "epochs": t.epochs, "problems": r.n, "val_value_acc": t.val_value_acc, "test_value_acc": r.value_acc,
                    "test_equation_acc": r.equation_acc, "model": _model(t)}
                   for t, r in zip(chosen, reports)]
-    return {"arm": arm, "config": config, "runs": len(chosen),
+    # A chosen trial that trained fewer epochs than its settings say (the scheduler stopped it, or
+    # a time budget): tested all the same, and counted so that the table says so.
+    short = [t for t in chosen if t.epochs is not None
+             and t.epochs < Config.from_flat(spec.trial_flat(arm, t.sample, t.replicate)).train.epochs]
+    return {"arm": arm, "config": config, "runs": len(chosen), "stopped_early": len(short),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
+            "without_model": sum(t.error is None and not usable(t, spec.validated) for t in trials),
             "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
             "test_value_acc_mean": tv_mean, "test_value_acc_std": tv_std,
             "test_equation_acc_mean": te_mean, "test_equation_acc_std": te_std,
@@ -283,19 +309,23 @@ def _fold_seed(replicate: dict) -> dict:
 
 
 def _pct(mean: float, std: float) -> str:
-    return "-" if math.isnan(mean) else f"{100 * mean:.1f} ± {100 * std:.1f}"
+    if math.isnan(mean):
+        return "-"
+    return f"{100 * mean:.1f}" if math.isnan(std) else f"{100 * mean:.1f} ± {100 * std:.1f}"
 
 
 def results_markdown(rows: list[dict], replicate_kind: str) -> str:
-    """The table: per arm, its chosen configuration's scores over its replicates (``replicate_kind``),
-    and how many of the arm's trials ran and how many of them failed."""
+    """The table: per arm, its chosen configuration's scores over its replicates (``replicate_kind``)
+    and how many of those stopped before their last epoch; how many of the arm's trials ran, failed,
+    and ended without a model to choose (no checkpoint, or no validation score)."""
     lines = [f"| arm | config | val value acc (%) | test value acc (%) | test equation acc (%) | {replicate_kind} "
-             "| trials | failed |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| of them stopped early | trials | failed | without a model |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {r['config']} | {_pct(r['val_value_acc_mean'], r['val_value_acc_std'])} "
                      f"| {_pct(r['test_value_acc_mean'], r['test_value_acc_std'])} "
                      f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} "
-                     f"| {r['trials']} | {r['failed']} |")
+                     f"| {r['stopped_early']} | {r['trials']} | {r['failed']} | {r['without_model']} |")
     return "\n".join(lines) + "\n"
 
 
