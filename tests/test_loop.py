@@ -202,6 +202,21 @@ def _command(shards, out, *more, ray=False):
                  *[a for s in sets for a in ("--set", s)], *more])
 
 
+def test_the_command_says_a_run_stopped_by_its_time_budget_is_not_done(shards, tmp_path, capsys):
+    assert _command(shards, tmp_path, "--set", "train.epochs=3", "--set", "train.max_minutes=1e-6") == 0
+    out = capsys.readouterr().out
+    assert "[train] stopped at epoch 1 of 3 (train.max_minutes); the same command goes on from there" in out
+    assert "[train] done" not in out
+    from hlgt.train.compare import compare
+
+    run = tmp_path / "sample-full-seed1"
+    assert compare([run], [run])[0].label == "sample-full-seed1 (stopped at epoch 1 of 3) / sample-full-seed1 " \
+                                             "(stopped at epoch 1 of 3)"
+    assert _command(shards, tmp_path, "--set", "train.epochs=3") == 0  # the rest of the schedule
+    assert "[train] done: " in capsys.readouterr().out
+    assert compare([run], [run])[0].label == "sample-full-seed1 / sample-full-seed1"
+
+
 def test_a_rerun_of_other_settings_is_refused_until_fresh(shards, tmp_path, capsys):
     assert _command(shards, tmp_path, "--set", "train.epochs=1") == 0
     with pytest.raises(ValueError, match=r"sample-full-seed1 holds a run of other settings \(model.hidden_size "

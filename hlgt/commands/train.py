@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 
+from hlgt import metrics as M
 from hlgt.commands.cli import run_command
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
@@ -82,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     metrics = train_run(cfg, name, shards=args.shards, address=args.address, fresh=args.fresh, no_ray=args.no_ray,
                         cpus_per_worker=args.cpus_per_worker)
     run_dir = run_folder(cfg, name)
-    print(f"[train] done: {json.dumps(metrics)}", flush=True)
+    trained = metrics.get(M.EPOCH, cfg.train.epochs)
+    if trained < cfg.train.epochs:  # train.max_minutes: the best model so far was evaluated, test included
+        print(f"[train] stopped at epoch {trained} of {cfg.train.epochs} (train.max_minutes); the same command goes "
+              f"on from there: {json.dumps(metrics)}", flush=True)
+    else:
+        print(f"[train] done: {json.dumps(metrics)}", flush=True)
     if is_uri(run_dir):  # the commands that load a model read a folder on this machine
         print(f"[train] model: {run_dir}/best   (copy it here, then hlgt-solve --model best \"...\")", flush=True)
     else:

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from hlgt import metrics as M
-from hlgt.train.checkpoint import STATE_FILE, changed_settings
+from hlgt.inference import RUN_CONFIG_FILE
+from hlgt.train.checkpoint import RESULTS_FILE, STATE_FILE, changed_settings
 from hlgt.train.evaluate import read_predictions
 
 METRICS = {"value": "value_correct", "equation": "equation_correct"}
@@ -211,11 +212,19 @@ def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, spl
 
 
 def name(predictions: Path) -> str:
-    """The run's name for a run's own predictions file (or its final checkpoint's), else the file's name."""
+    """The run's name for a run's own predictions file (or its final checkpoint's), else the file's
+    name; a run that stopped before its last epoch (``train.max_minutes``) says so."""
     if not predictions.name.startswith("predictions_"):
         return predictions.name
     folder = predictions.parent
-    return folder.parent.name if folder.name.startswith("checkpoint") else folder.name
+    label = folder.parent.name if folder.name.startswith("checkpoint") else folder.name
+    try:
+        trained = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))[M.EPOCH]
+        planned = json.loads((folder / "best" / RUN_CONFIG_FILE).read_text(encoding="utf-8"))["config"]["train.epochs"]
+        stopped = trained < planned
+    except (OSError, ValueError, KeyError, TypeError):  # a predictions file without its run's records
+        return label
+    return f"{label} (stopped at epoch {trained} of {planned})" if stopped else label
 
 
 def markdown(rows: Sequence[Paired], metric: str) -> str:
