@@ -102,7 +102,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     timed, start, syncs, losses = sum(map(len, batches[1:])), time.perf_counter(), [], []
     for batch in planned(batches[1:], plan, device):  # as training plans them
         with _syncs_counted(device, syncs):
-            losses.append(train_step(forward, opt, batch.to(device)))
+            losses.append(train_step(forward, opt, batch.to(device)) * len(batch))  # weighted as training weighs it
     _sync(device)
     train_s = time.perf_counter() - start
     note = steps.epoch_note() if steps is not None else ""
@@ -127,7 +127,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
               "train_syncs_per_step": len(syncs) / steps if device.type == "cuda" else None,
               "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters()),
-              "note": note, "train_loss": float(torch.stack(losses).mean()) if losses else float("nan"),
+              "note": note, "train_loss": float(torch.stack(losses).sum()) / timed if losses else float("nan"),
               "collate_ms_per_batch": collate_ms, "plan_ms_per_batch": plan_ms}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:

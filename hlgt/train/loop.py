@@ -415,4 +415,5 @@ def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, st
     return {M.EPOCH: epoch, M.TRAIN_LOSS: loss, M.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
             M.TRAIN_COM_LOSS: float(sums[2] / sums[3]), M.LR: lr,
             M.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
-            **stats.norms_and_scales()}  # norms equal on every rank: gradients are all-reduced
+            # Norms are equal on every rank (gradients are all-reduced); scales are this rank's batches'.
+            **stats.norms_and_scales()}
