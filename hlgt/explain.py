@@ -48,7 +48,16 @@ from hlgt.data.schema import to_row
 from hlgt.data.splits import SPLITS, find_problem, resolve_data_dir
 from hlgt.data.srl import AnnotationError, AnnotatorLoadError, make_annotator
 from hlgt.draw import EDGE_COLOURS, NODE_COLOURS, Edge, Node, esc, graph_svg, tree_svg
-from hlgt.expr import OPS, ExprError, eval_prefix, infix_with_numbers, slot_index, values_match
+from hlgt.expr import (
+    OPS,
+    ExprError,
+    as_written,
+    eval_prefix,
+    format_answer,
+    infix_with_numbers,
+    slot_index,
+    values_match,
+)
 from hlgt.pages import MARKER, check_page_file
 from hlgt.storage import write_text
 
@@ -210,12 +219,12 @@ def _answer_section(row: Mapping[str, Any], decoded: Decoded | None) -> str:
             right = value is not None and values_match(value, float(row["answer"]))
             verdict = ' <b class="right">right</b>' if right else ' <b class="wrong">wrong</b>'
         lines.append(f"<p><b>model</b> x = {esc(infix_with_numbers(best, numbers) or 'none found')}"
-                     f" &nbsp; answer {esc(_shown(value))}{verdict}</p>")
+                     f" &nbsp; answer {esc(format_answer(value))}{verdict}</p>")
         trees.append(("model's equation", best))
     if gold is not None or math.isfinite(float(row["answer"])):
         gold_text = (f"x = {infix_with_numbers(gold, numbers)}" if gold is not None
                      else "no equation the model can write")
-        lines.append(f"<p><b>gold</b> {esc(gold_text)} &nbsp; answer {esc(_shown(float(row['answer'])))}</p>")
+        lines.append(f"<p><b>gold</b> {esc(gold_text)} &nbsp; answer {esc(format_answer(float(row['answer'])))}</p>")
         if gold is not None:
             trees.append(("gold equation", gold))
     if not lines:
@@ -232,7 +241,7 @@ def _answer_section(row: Mapping[str, Any], decoded: Decoded | None) -> str:
 def _candidates_table(decoded: Decoded, numbers: list[str], values: list[float]) -> str:
     rows = "".join(f"<tr><td>{k + 1}</td><td>x = {esc(infix_with_numbers(prefix, numbers))}</td>"
                    f"<td><code>{esc(' '.join(prefix))}</code></td><td>{score:.3f}</td><td>{math.exp(score):.3f}</td>"
-                   f"<td>{esc(_shown(_value(prefix, values)))}</td></tr>"
+                   f"<td>{esc(format_answer(_value(prefix, values)))}</td></tr>"
                    for k, (prefix, score) in enumerate(decoded.candidates))
     return (f'<h3>The beam\'s final candidates ({len(decoded.candidates)})</h3><p class="note">The finished '
             "expressions among the beams when the search stopped (it stops once a finished one outscores every "
@@ -243,15 +252,9 @@ def _candidates_table(decoded: Decoded, numbers: list[str], values: list[float])
 
 def _value(prefix: Sequence[str], values: Sequence[float]) -> float | None:
     try:
-        return eval_prefix(prefix, values) if prefix else None
+        return eval_prefix(prefix, as_written(values)) if prefix else None
     except ExprError:
         return None
-
-
-def _shown(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "none"
-    return str(int(round(value))) if abs(value - round(value)) < 1e-9 else f"{value:.6g}"
 
 
 def _leaf(token: str, numbers: Sequence[str]) -> tuple[str, str]:

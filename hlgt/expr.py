@@ -366,6 +366,24 @@ def slot_index(token: str, n: int) -> int | None:
     return int(token[1:]) if token[:1] == "N" and token[1:].isdigit() and int(token[1:]) < n else None
 
 
+def as_written(values: Sequence[float]) -> list[Number]:
+    """Quantity values as the exact decimals they print as (a float's shortest repr: the number as
+    the text wrote it), so that ``eval_prefix`` on them is exact arithmetic: 1000000.1 - 1000000
+    is 0.1, 5.3 - 2.1 - 3.2 is 0. A value that is not finite stays (``eval_prefix`` refuses it)."""
+    return [Fraction(repr(v)) if isinstance(v, float) and math.isfinite(v) else v for v in values]
+
+
+def format_answer(value: float | None) -> str:
+    """A value as a person reads it: to ten significant digits, without a decimal point where those
+    show a whole number (1234567.5 stays itself, 2.9999999999 reads 3, 2e-10 is not 0); "none"
+    for no value."""
+    if value is None or not math.isfinite(value):
+        return "none"
+    shown = f"{value:.10g}"
+    whole = float(shown)
+    return str(int(whole)) if whole.is_integer() else shown
+
+
 def numbers_written(prefix: Sequence[str], num_texts: Sequence[str]) -> list[str]:
     """``prefix`` with each slot ``Ni`` replaced by the number as written (a slot out of range stays)."""
     slots = [slot_index(t, len(num_texts)) for t in prefix]

@@ -6,14 +6,12 @@ share:
 * ``load_model``: a ``best/`` folder written by training (``Solver.save`` plus
   ``run_config.json``) → the solver in eval mode and the flat run config it was trained with;
 * ``predict``: a solver's prefix equation for every shard row, decoded in batches;
-* ``format_answer``: a value as a person reads it (the equation: ``hlgt.expr.infix_with_numbers``).
 
 A loaded model is shared by every caller in the process, so nothing here writes into it; the
 decoding settings a caller may change (beam size, ``bf16_inference``) are arguments.
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -102,11 +100,3 @@ def predict(solver, rows: Sequence[Mapping[str, Any]], vocab, *, variant: str, b
     finally:
         solver.train(was_training)
     return out
-
-
-def format_answer(value: float) -> str:
-    """An answer as printed: a whole number (to a relative 1e-9, float arithmetic's noise) without
-    a decimal point, others to ten significant digits (1234567.5 stays itself, 2e-10 is not 0)."""
-    if math.isfinite(value) and abs(value - round(value)) <= 1e-9 * abs(value):
-        return str(int(round(value)))
-    return f"{value:.10g}"

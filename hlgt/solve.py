@@ -49,7 +49,7 @@ from hlgt.data.splits import LANGS
 from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
 from hlgt.explain import EMPTY_GRAPH, example_row
-from hlgt.expr import ExprError, eval_prefix, infix_with_numbers
+from hlgt.expr import ExprError, as_written, eval_prefix, infix_with_numbers
 from hlgt.pages import PageFolder, check_page_file
 from hlgt.progress import Progress
 from hlgt.storage import replacing, write_text
@@ -121,7 +121,7 @@ def solution(row: dict, prefix: list[str]) -> Solution:
     numbers = list(row["num_texts"])
     answer, error = None, None
     try:
-        answer = eval_prefix(prefix, list(row["num_values"]))
+        answer = eval_prefix(prefix, as_written(row["num_values"]))
     except ExprError as e:
         error = str(e)
     return Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
@@ -276,7 +276,7 @@ def prepare_requests(requests: list[Request], annotator, lang: str | None) -> tu
 
 def answer_rows(results: list[dict], solutions: dict[int, Solution]) -> None:
     """Complete the entries of the decoded rows, by their place: equation and answer, or the error."""
-    from hlgt.inference import format_answer
+    from hlgt.expr import format_answer
 
     for k, s in solutions.items():
         results[k].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))

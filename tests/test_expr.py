@@ -335,3 +335,17 @@ def test_a_digit_like_sign_that_is_no_decimal_digit_is_an_expr_error(equation):
     with pytest.raises(ExprError):
         tokenize_infix(equation)
     assert parse_answer("፩") is None
+
+
+def test_answers_as_a_person_reads_them():
+    from hlgt.expr import as_written, format_answer
+
+    assert [format_answer(v) for v in (3.0, 2.9999999999, -4.0, 0.125, 1 / 3, 0.0, None, float("inf"))] == [
+        "3", "3", "-4", "0.125", "0.3333333333", "0", "none", "none"]
+    # Large and small answers keep their digits (six significant digits printed 1.23457e+06 and 0).
+    assert [format_answer(v) for v in (1234567.5, 98765432.1, 2e-10, 500000000.5)] == [
+        "1234567.5", "98765432.1", "2e-10", "500000000.5"]
+    # Computed on the numbers as written, an answer has no float noise to show.
+    assert format_answer(eval_prefix(["-", "N0", "N1"], as_written([1000000.1, 1000000.0]))) == "0.1"
+    assert format_answer(eval_prefix(["-", "-", "N0", "N1", "N2"], as_written([5.3, 2.1, 3.2]))) == "0"
+    assert format_answer(eval_prefix(["-", "-", "N0", "N1", "N2"], [5.3, 2.1, 3.2])) == "-4.440892099e-16"

@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
     counts = FileCounts()
+    started = time.perf_counter()  # the rate printed is from reading the problems to their scores
     chunks, what, progress = _problems(args, cfg, solver, counts, name)
     beam_size = args.beam_size or solver.cfg.beam_size
-    started = time.perf_counter()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with replacing(out / f"predictions_{name}.jsonl") if out else contextlib.nullcontext() as sink:

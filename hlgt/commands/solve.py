@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(notes) > MAX_NOTES:
             print(f"[solve] note: {len(notes) - MAX_NOTES} more repeated ids made unique")
         return 0
-    from hlgt.inference import format_answer  # after parsing: see solve_text
+    from hlgt.expr import format_answer  # after parsing: see solve_text
 
     text = " ".join(args.text)
     settings = {"lang": args.lang, "annotator": args.annotator, "beam_size": args.beam_size}

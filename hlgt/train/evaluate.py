@@ -21,7 +21,8 @@ plain Python on rows and token lists.
 A trained model on one split of its own dataset (shards built or reused from its run config, or a
 prebuilt ``--shards`` folder), or on any problem file (``--data``: a benchmark file or the generic
 format of ``hlgt.data.problems``, read, cleaned and annotated as a validation split, with the
-model's vocabulary and constants), printing both accuracies, Table 4 and the decoding speed:
+model's vocabulary and constants), printing both accuracies, Table 4 and the problems scored per
+second, end to end (read, prepared, decoded and scored):
 
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
@@ -56,7 +57,7 @@ from hlgt import explain
 from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
 from hlgt.draw import bar_chart
-from hlgt.expr import ExprError, eval_prefix, infix_with_numbers, numbers_written, values_match
+from hlgt.expr import ExprError, eval_prefix, format_answer, infix_with_numbers, numbers_written, values_match
 from hlgt.inference import predict
 from hlgt.pages import PageFolder
 from hlgt.storage import replacing, write_text
@@ -335,8 +336,8 @@ def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Seque
     for row, s in wrong:
         decoded = explain.decode(solver, row, variant, beam_size, device, bf16_inference)
         html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
-        predicted = f"{s.predicted} ({'none' if s.predicted_value is None else f'{s.predicted_value:.6g}'})"
-        entries.append((pages.add(s.id, html), [s.id, s.text[:120], f"{s.gold} ({s.answer:.6g})", predicted]))
+        gold, predicted = f"{s.gold} ({format_answer(s.answer)})", f"{s.predicted} ({format_answer(s.predicted_value)})"
+        entries.append((pages.add(s.id, html), [s.id, s.text[:120], gold, predicted]))
     bars = [(r.bucket, r.value_acc or 0.0, f"{100 * r.value_acc:.0f}% of {r.count}" if r.count else "none")
             for r in report.by_numbers]
     chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems: "
