@@ -104,6 +104,7 @@ def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
     assert "- full: /s/train/full-s0-r0-a/checkpoint_1/best\n- no_line_graph: /s/train/no_line_graph-s1-r0-b" in md
     assert paths["csv"].read_text().splitlines() == [",".join(results.CSV_COLUMNS)]  # no replicate rows given
     assert json.loads(paths["json"].read_text())[1]["arm"] == "no_line_graph"
+    assert json.loads(paths["json"].read_text())[1]["val_value_acc_std"] is None  # strict JSON: no NaN
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Without matplotlib (an offline GPU node may lack it): the table, no chart, a note.
@@ -1058,5 +1059,11 @@ def test_a_chosen_replicate_stopped_before_its_last_epoch_is_counted(tmp_path):
     trials.append(results.TrialOutcome(arm="full", sample=0, replicate=1, val_value_acc=math.nan, checkpoint=None,
                                        error=None))  # left no model
     row, _ = results.select_and_test(spec, "full", trials, None, tmp_path / "out")
-    assert (row["runs"], row["stopped_early"], row["trials"], row["without_model"]) == (2, 1, 3, 1)
+    assert (row["runs"], row["stopped_early"], row["epochs_unknown"], row["trials"], row["without_model"]) == (
+        2, 1, 0, 3, 1)
     assert [r["epochs"] for r in row["replicates"]] == [4, 2]
+    assert "| 2 | 1 | 3 | 0 | 1 |" in results.results_markdown([row], "seeds")
+    # A record written before epochs were kept: not counted as stopped, said to be unknown.
+    trials[1].epochs = None
+    row, _ = results.select_and_test(spec, "full", trials, None, tmp_path / "out")
+    assert "| 2 | 0 (1 unknown) | 3 | 0 | 1 |" in results.results_markdown([row], "seeds")

@@ -415,9 +415,10 @@ def run(spec: SweepSpec, address: str | None = None) -> list[dict]:
     print(results.best_models_markdown(rows), flush=True)
     print(f"[sweep] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
     for r in rows:
-        if r["failed"] or not r["runs"]:
-            print(f"[sweep] {r['arm']}: {r['failed']} of {r['trials']} trial(s) failed"
-                  + ("; no trial finished, so the arm has no scores" if not r["runs"] else ""), flush=True)
+        if r["failed"] or r["without_model"] or not r["runs"]:
+            print(f"[sweep] {r['arm']}: {r['failed']} of {r['trials']} trial(s) failed, {r['without_model']} left "
+                  "no model to choose" + ("; no trial finished, so the arm has no scores" if not r["runs"] else ""),
+                  flush=True)
         if r["stopped_early"]:
             print(f"[sweep] {r['arm']}: {r['stopped_early']} of its {r['runs']} chosen {spec.replicate_kind} stopped "
                   "before their last epoch (the scheduler, or a time budget) and were tested as they were: their "

@@ -41,9 +41,9 @@ from hlgt.train.checkpoint import RESULTS_FILE, changed_settings
 # Ray (a trial's checkpoint) and matplotlib (the chart) are imported where they are used: writing the
 # tables of finished trials needs neither.
 
-ROW_COLUMNS = ["arm", "config", "runs", "stopped_early", "trials", "failed", "without_model", "val_value_acc_mean",
-               "val_value_acc_std",
-               "test_value_acc_mean", "test_value_acc_std", "test_equation_acc_mean", "test_equation_acc_std"]
+ROW_COLUMNS = ["arm", "config", "runs", "stopped_early", "epochs_unknown", "trials", "failed", "without_model",
+               "val_value_acc_mean", "val_value_acc_std", "test_value_acc_mean", "test_value_acc_std",
+               "test_equation_acc_mean", "test_equation_acc_std"]
 CSV_COLUMNS = ["arm", "config", "replicate", "fold", "seed", "epochs", "problems", "val_value_acc",
                "test_value_acc", "test_equation_acc", "model"]
 
@@ -81,8 +81,16 @@ def outcomes(spec: SweepSpec, arm: str, grid) -> list[TrialOutcome]:
         out.append(TrialOutcome(arm=arm, sample=int(r.config["sample"]), replicate=int(r.config["replicate"]),
                                 val_value_acc=best_validation(fs, checkpoint), checkpoint=checkpoint,
                                 error=None if r.error is None else str(r.error),
-                                epochs=(r.metrics or {}).get(M.EPOCH)))
+                                epochs=_epochs(fs, checkpoint, r.metrics)))
     return out
+
+
+def _epochs(fs, checkpoint: str | None, metrics: dict | None) -> int | None:
+    """The epochs a trial trained: its final checkpoint's ``results.json`` where it has one (a
+    resumed trial whose run had finished reports nothing new to Tune), else Tune's last result."""
+    found = trained_epochs(fs, checkpoint) if checkpoint else None
+    epochs = found if found is not None else (metrics or {}).get(M.EPOCH)
+    return epochs if isinstance(epochs, int) else None
 
 
 def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOutcome]]:
@@ -160,7 +168,8 @@ def recorded_trials(spec: SweepSpec, notes: list[str]) -> dict[tuple[str, int, i
                 notes.append(f"{folder}: a trial record of other settings than the sweep's ({'; '.join(changed)})")
                 continue
             found[trial] = TrialOutcome(arm=arm, sample=trial[1], replicate=replicate, val_value_acc=val_value_acc,
-                                        checkpoint=checkpoint, error=None, record=folder, epochs=record.get("epochs"))
+                                        checkpoint=checkpoint, error=None, record=folder,
+                                        epochs=record.get("epochs") if isinstance(record.get("epochs"), int) else None)
     return found
 
 
@@ -270,8 +279,10 @@ def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path,
 def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], tracker, directory: Path,
                     reuse: bool = False) -> tuple[dict, tables.ArmTest]:
     """The arm's row of the table: its chosen configuration, validation and test mean ± std, how
-    many trials ran and failed (no configuration and NaN scores when no trial finished), one entry
-    per replicate; and its test verdicts for the paper's tables (``evaluate_on_test``)."""
+    many of its replicates stopped before their last epoch (and of how many that is unknown: records
+    older than the count), how many trials ran, failed and left no model (no configuration and NaN
+    scores when no trial finished), one entry per replicate; and its test verdicts for the paper's
+    tables (``evaluate_on_test``)."""
     chosen = choose(trials, spec.validated)
     tested = [evaluate_on_test(spec, t, tracker, directory, reuse) for t in chosen]
     reports = [report for report, _ in tested]
@@ -289,6 +300,7 @@ def select_and_test(spec: SweepSpec, arm: str, trials: list[TrialOutcome], track
     short = [t for t in chosen if t.epochs is not None
              and t.epochs < Config.from_flat(spec.trial_flat(arm, t.sample, t.replicate)).train.epochs]
     return {"arm": arm, "config": config, "runs": len(chosen), "stopped_early": len(short),
+            "epochs_unknown": sum(t.epochs is None for t in chosen),
             "trials": len(trials), "failed": sum(t.error is not None for t in trials),
             "without_model": sum(t.error is None and not usable(t, spec.validated) for t in trials),
             "val_value_acc_mean": val_mean, "val_value_acc_std": val_std,
@@ -325,8 +337,13 @@ def results_markdown(rows: list[dict], replicate_kind: str) -> str:
         lines.append(f"| {r['arm']} | {r['config']} | {_pct(r['val_value_acc_mean'], r['val_value_acc_std'])} "
                      f"| {_pct(r['test_value_acc_mean'], r['test_value_acc_std'])} "
                      f"| {_pct(r['test_equation_acc_mean'], r['test_equation_acc_std'])} | {r['runs']} "
-                     f"| {r['stopped_early']} | {r['trials']} | {r['failed']} | {r['without_model']} |")
+                     f"| {_stopped(r)} | {r['trials']} | {r['failed']} | {r['without_model']} |")
     return "\n".join(lines) + "\n"
+
+
+def _stopped(row: dict) -> str:
+    unknown = row.get("epochs_unknown", 0)
+    return f"{row['stopped_early']} ({unknown} unknown)" if unknown else str(row["stopped_early"])
 
 
 def best_models_markdown(rows: list[dict]) -> str:
@@ -415,13 +432,25 @@ def write_results(directory: Path, rows: list[dict], replicate_kind: str, title:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rep for r in rows for rep in r.get("replicates", []))
-    write_text(paths["json"], json.dumps(rows, indent=1))
+    write_text(paths["json"], json.dumps(_no_nan(rows), indent=1, allow_nan=False))
     if importlib.util.find_spec("matplotlib") is None:
         print("[sweep] matplotlib is not installed: no results.png (the table has every number)", flush=True)
         del paths["png"]
     else:
         _chart(paths["png"], rows, title, dataset)
     return paths
+
+
+def _no_nan(value):
+    """``value`` with every NaN (a score nothing measured) as None: strict JSON, which jq and
+    JavaScript read."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def _copy_results(directory: Path, copy: str) -> None:
