@@ -5,7 +5,7 @@ share:
 
 * ``load_model``: a ``best/`` folder written by training (``Solver.save`` plus
   ``run_config.json``) → the solver in eval mode and the flat run config it was trained with;
-* ``predict``: a solver's prefix equation for every shard row, decoded in batches;
+* ``predict``: a solver's prefix equation for every shard row, decoded in batches.
 
 A loaded model is shared by every caller in the process, so nothing here writes into it; the
 decoding settings a caller may change (beam size, ``bf16_inference``) are arguments.
