@@ -1,4 +1,4 @@
-"""Inference with a trained model: loading its folder, batched prediction, readable output.
+"""Inference with a trained model: loading its folder, batched prediction.
 
 Owns what solving one new text (``hlgt.solve``) and scoring a split (``hlgt.train.evaluate``)
 share:
