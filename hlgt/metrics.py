@@ -1,5 +1,6 @@
 """Metric names, defined once: every reporter (console, Ray, Tune, W&B, results table) uses
 these spellings."""
+from typing import Any, Mapping
 
 TRAIN_LOSS = "train/loss"
 TRAIN_TREE_LOSS = "train/tree_loss"
@@ -31,3 +32,9 @@ TEST_EQUATION_ACC = "test/equation_acc"
 EPOCH = "epoch"
 BEST_EPOCH = "best_epoch"  # final metric: the epoch whose weights are the best model
 LR = "train/lr"
+
+
+def validated(metrics: Mapping[str, Any]) -> bool:
+    """Whether an epoch's metrics come from a validation that ran: every report carries the last
+    validation forward (or 0 before any), and only an epoch that validated has a validation loss."""
+    return VAL_TREE_LOSS in metrics

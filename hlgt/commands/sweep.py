@@ -39,9 +39,8 @@ best mean validation value accuracy; then its best checkpoint of every replicate
 on test (a replicate the scheduler stopped early too, as it was: the table counts those, and the
 trials that failed or left no model). The sweep writes ``results.md`` (the arms' table, then the
 paper's Tables 2, 3 and 4 from the test predictions pooled over the replicates, with the paper's
-figures, each arm's difference to
-``full``, the problems only one of the two solves and the exact McNemar p, by problem where
-replicates share test problems: ``hlgt/sweep/tables.py``),
+figures, each arm's difference to ``full``, the problems only one of the two solves and the exact
+McNemar p, by problem where replicates share test problems: ``hlgt/sweep/tables.py``),
 ``results.csv`` (one row per arm and replicate), ``results.json`` and ``results.png`` (a point per
 arm, mean ± std, the paper's figures marked) into ``<storage>/<name>/``, the table and the chosen models' folders
 (``--model`` of ``hlgt.solve`` and ``hlgt.train.evaluate``) also on the console, and, with W&B on,

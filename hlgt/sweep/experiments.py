@@ -271,7 +271,8 @@ def trials_that_fit(spec: SweepSpec, res: dict) -> int:
 
 def epoch_lines(validated: bool):
     """A Tune callback printing one line per trial per epoch (with its validation score on the epochs
-    that validated, when trials hold out validation), one when a trial ends, and the error of a failed one, retried or
+    that validated, when trials hold out validation), one when a trial ends, and the error of a
+    failed one, retried or
     not: the sweep's console unless ``--verbose`` (then Tune's and the workers' own)."""
     from ray.tune import Callback
 
@@ -279,9 +280,7 @@ def epoch_lines(validated: bool):
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if M.EPOCH not in result or M.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
-            # A report carries the last validation forward: shown only where the epoch validated.
-            val = (f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%"
-                   if validated and M.VAL_TREE_LOSS in result else "")
+            val = f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%" if validated and M.validated(result) else ""
             print(f"[sweep] {trial} epoch {result[M.EPOCH]} | loss {result.get(M.TRAIN_LOSS, float('nan')):.4f}{val} | "
                   f"{result.get(M.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
 

@@ -102,7 +102,6 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
 
     fs, root = storage.filesystem(spec.train_storage)
     latest: dict[tuple[str, int, int], str] = {}
-    epochs: dict[tuple, int | None] = {}  # (trial, checkpoint) -> the epochs its run trained
     for folder in fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True)):
         trial = read_trial_folder(folder.base_name) if folder.type == pyarrow.fs.FileType.Directory else None
         if trial is None:
@@ -116,7 +115,6 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
             continue  # still training, or waiting to resume
         with fs.open_input_stream(f"{checkpoint}/config.json") as f:
             changed = changed_settings(json.loads(f.read()), Config.from_flat(spec.trial_flat(*trial)).to_flat())
-        epochs[trial, checkpoint] = trained_epochs(fs, checkpoint)
         if changed:
             notes.append(f"{folder.path}: trained other settings than the sweep's ({'; '.join(changed)})")
         elif trial in latest:
@@ -128,7 +126,7 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
     # Checkpoints are named by their path in the storage's filesystem, as Tune reports them.
     found = {trial: TrialOutcome(arm=trial[0], sample=trial[1], replicate=trial[2],
                                  val_value_acc=best_validation(fs, c), checkpoint=c, error=None,
-                                 epochs=epochs[trial, c])
+                                 epochs=trained_epochs(fs, c))
              for trial, c in latest.items()}
     found = {**recorded_trials(spec, notes), **found}
     return {arm: [t for key, t in sorted(found.items()) if key[0] == arm] for arm in spec.arms}

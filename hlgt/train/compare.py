@@ -211,13 +211,18 @@ def compare(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path], *, spl
     return rows
 
 
+def _run_name(folder: Path) -> str:
+    """The run a folder belongs to: a checkpoint's (``checkpoint/``, ``checkpoint_<time>/``) parent."""
+    return folder.parent.name if folder.name.startswith("checkpoint") else folder.name
+
+
 def name(predictions: Path) -> str:
     """The run's name for a run's own predictions file (or its final checkpoint's), else the file's
     name; a run that stopped before its last epoch (``train.max_minutes``) says so."""
     if not predictions.name.startswith("predictions_"):
         return predictions.name
     folder = predictions.parent
-    label = folder.parent.name if folder.name.startswith("checkpoint") else folder.name
+    label = _run_name(folder)
     try:
         trained = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))[M.EPOCH]
         planned = json.loads((folder / "best" / RUN_CONFIG_FILE).read_text(encoding="utf-8"))["config"]["train.epochs"]
@@ -284,14 +289,13 @@ def _read_curve(checkpoint: Path) -> Curve:
     if not isinstance(settings, dict) or not all(map(_is_epoch_record, history)):
         raise ValueError(f"{checkpoint}: not a checkpoint written by hlgt's training (its config or its "
                          "per-epoch metrics are not what training writes)")
-    label = checkpoint.parent.name if checkpoint.name.startswith("checkpoint") else checkpoint.name
-    return Curve(label, epoch, 0, history, settings)
+    return Curve(_run_name(checkpoint), epoch, 0, history, settings)
 
 
 def _is_epoch_record(m) -> bool:
     number = (int, float)
     return (isinstance(m, dict) and isinstance(m.get(M.EPOCH), int) and isinstance(m.get(M.TRAIN_TREE_LOSS), number)
-            and (M.VAL_TREE_LOSS not in m or all(isinstance(m.get(k), number)
+            and (not M.validated(m) or all(isinstance(m.get(k), number)
                                                   for k in (M.VAL_VALUE_ACC, M.VAL_EQUATION_ACC))))
 
 
@@ -322,12 +326,11 @@ def curve(path: str | Path) -> Curve:
 
 def _cells(m: dict | None) -> tuple[str, str]:
     """(training tree loss, validation value / equation accuracy) of one epoch's metrics; the
-    validation cell is empty where the epoch did not validate (its metrics carry the latest
-    validation forward: only an epoch that validated has a validation loss)."""
+    validation cell is empty where the epoch did not validate (``hlgt.metrics.validated``)."""
     if m is None:
         return "–", "–"
     loss = f"{m[M.TRAIN_TREE_LOSS]:.3f}"
-    if M.VAL_TREE_LOSS not in m:
+    if not M.validated(m):
         return loss, ""
     return loss, f"{100 * m[M.VAL_VALUE_ACC]:.1f}% / {100 * m[M.VAL_EQUATION_ACC]:.1f}%"
 

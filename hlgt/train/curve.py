@@ -45,9 +45,8 @@ def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_
 
 
 def _validation(m: dict, key: str) -> str:
-    """An epoch's validation figure (%), "–" where the epoch did not validate (its metrics carry
-    the last validation forward, or 0 before any: only an epoch that validated has a validation loss)."""
-    return f"{100 * m[key]:.1f}" if M.VAL_TREE_LOSS in m else "–"
+    """An epoch's validation figure (%), "–" where the epoch did not validate (``hlgt.metrics.validated``)."""
+    return f"{100 * m[key]:.1f}" if M.validated(m) else "–"
 
 
 def curve_table(histories: dict[str, list[dict]]) -> str:
@@ -64,7 +63,7 @@ def curve_table(histories: dict[str, list[dict]]) -> str:
                 continue
             m = history[e]
             cells = [str(m[M.EPOCH]), arm, _validation(m, M.VAL_VALUE_ACC),
-                     f"{m[M.VAL_TREE_LOSS]:.3f}" if M.VAL_TREE_LOSS in m else "–", f"{m[M.TRAIN_TREE_LOSS]:.3f}",
+                     f"{m[M.VAL_TREE_LOSS]:.3f}" if M.validated(m) else "–", f"{m[M.TRAIN_TREE_LOSS]:.3f}",
                      f"{m[M.TRAIN_COM_LOSS]:.3f}", f"{m[M.TRAIN_GRAD_NORM_MAX]:.3g}"]
             cells += [f"{m[M.grad_norm_metric(p)]:.3g}" if M.grad_norm_metric(p) in m else "–" for p in parts]
             cells += [f"{m[M.scale_metric(a)]:.3g}" if M.scale_metric(a) in m else "–" for a in acts]
