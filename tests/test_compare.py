@@ -2,6 +2,7 @@
 different problem sets from being compared, and two runs' learning curves side by side."""
 import json
 import math
+import random
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from hlgt.train.compare import (
     Paired,
     chi2_sf,
     cochran_q,
+    cochran_q_by_problem,
     compare,
     curve,
     curves,
@@ -83,6 +85,23 @@ def test_cochran_q_over_three_models_and_the_chi_square_tail():
         cochran_q([a, b])
     with pytest.raises(ValueError, match="same problems"):
         cochran_q([a, b, {"1": True}])
+
+
+def test_cochran_q_by_problem_takes_each_problem_once():
+    rng = random.Random(3)
+    once = [{(0, i): rng.random() < rate for i in range(200)} for rate in (0.55, 0.6, 0.7)]
+    q, df, chi2_p = cochran_q([{k[1]: v for k, v in m.items()} for m in once])
+    q_once, _, p_once = cochran_q_by_problem(once)
+    # Each problem once: the permutation p estimates the chi-square's (10,000 draws: +- 0.005).
+    assert q_once == q and abs(p_once - chi2_p) < 0.02 and 0.001 < chi2_p < 0.5
+    # The same verdicts twice (two seeds alike): Q over the 400 rows doubles and its chi-square p
+    # shrinks, as if the repeats were new problems; by problem the p is the same as once.
+    twice = [{**m, **{(1, k[1]): v for k, v in m.items()}} for m in once]
+    q_twice, _, p_twice = cochran_q_by_problem(twice)
+    assert q_twice == pytest.approx(2 * q) and chi2_sf(q_twice, df) < chi2_p / 5
+    assert p_twice == p_once and cochran_q_by_problem(twice) == (q_twice, df, p_twice)  # seeded
+    alike = [once[0]] * 3
+    assert cochran_q_by_problem(alike) == (0.0, 2, 1.0)
 
 
 def test_pairs_by_problem_id_and_pools(tmp_path):

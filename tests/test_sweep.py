@@ -719,7 +719,8 @@ def test_seeds_on_one_split_are_paired_by_problem():
     assert paired.p == 12 / 16
     md = tables.tables_markdown(tests, "mawps", pooled_over="2 seeds")
     assert "| 2 / 4 | 0.75 |" in md and "the p takes each problem once" in md
-    assert "on the 20 problems of the replicates all of them tested (10 distinct" in md and "likely too small" in md
+    assert ("on the 20 problems of the replicates all of them tested (10 distinct: the p by permutation by problem, "
+            "10,000 draws" in md)
 
 
 def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():

@@ -6,7 +6,8 @@ the published protocol: its 1,921 problems), beside the paper's figure for the d
 paired with ``full`` problem by problem on the replicates both ran (``hlgt.train.compare``): the
 problems only one of the two solves and the exact McNemar p say whether a difference is more than
 the luck of a few problems (by problem where replicates share test problems: seeds on one split).
-Under a table of three arms or more, Cochran's Q says whether its arms differ at all. Where an arm
+Under a table of three arms or more, Cochran's Q says whether its arms differ at all (its p by
+permutation by problem where replicates share test problems). Where an arm
 was trained with more than one seed, it is paired with itself across seeds on the same folds: how
 far training noise alone moves an arm, the yardstick for its differences to ``full``. Table 4 is
 value accuracy by the number of quantities in the problem, pooled over the replicates every arm
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from hlgt.train.compare import Paired, cochran_q, pair
+from hlgt.train.compare import PERMUTATIONS, Paired, cochran_q, cochran_q_by_problem, pair
 from hlgt.train.evaluate import NUMBER_BUCKETS, Scored, number_bucket
 
 REFERENCE = "full"
@@ -128,13 +129,16 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
     common = common_replicates([tests[a] for a in present])
     if len(present) < 3 or not common:
         return ""
-    models = [{f"{r}/{s.id}": s.value_correct for r in common for s in tests[a].by_replicate[r]} for a in present]
-    q, df, p = cochran_q(models)
-    distinct = len({s.id for r in common for s in tests[present[0]].by_replicate[r]})
-    repeats = (f" ({distinct} distinct: a problem several replicates tested counts once per replicate, as if "
-               "they were independent problems, so p is likely too small)" if distinct < len(models[0]) else "")
+    models = [{(r, s.id): s.value_correct for r in common for s in tests[a].by_replicate[r]} for a in present]
+    distinct = len({problem for _, problem in models[0]})
+    if distinct < len(models[0]):
+        q, df, p = cochran_q_by_problem(models)
+        how = (f" ({distinct} distinct: the p by permutation by problem, {PERMUTATIONS:,} draws, each shuffling "
+               "the arms alike in all of a problem's replicates)")
+    else:
+        (q, df, p), how = cochran_q(models), ""
     return (f"Do {which} {len(present)} arms differ at all? Cochran's Q on the {len(models[0])} problems of the "
-            f"replicates all of them tested{repeats}: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
+            f"replicates all of them tested{how}: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
 
 
 @dataclass(frozen=True)

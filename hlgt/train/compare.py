@@ -12,7 +12,8 @@ Pairs that share problems (two seeds on one test set) are pooled by problem: the
 problem once, with its count over the pairs (``sign_flip_exact``, McNemar's test where each problem
 counts once), where McNemar over the pooled counts would take a repeat for another problem.
 Cochran's Q extends McNemar to more than two models on the same problems: whether they differ at
-all.
+all; where problems repeat (seeds on one test set), its p is by permutation by problem
+(``cochran_q_by_problem``).
 
 ``curves`` lays two runs' learning curves side by side, epoch by epoch (training tree loss, and
 validation value and equation accuracy where validation ran), from each run's latest checkpoint,
@@ -40,6 +41,7 @@ from hlgt.train.checkpoint import RESULTS_FILE, STATE_FILE, changed_settings
 from hlgt.train.evaluate import read_predictions
 
 METRICS = {"value": "value_correct", "equation": "equation_correct"}
+PERMUTATIONS = 10_000  # draws of Cochran's Q's permutation p by problem: its standard error <= 0.005
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
@@ -103,6 +105,39 @@ def cochran_q(models: Sequence[Mapping[str, bool]]) -> tuple[float, int, float]:
         return 0.0, k - 1, 1.0
     q = (k - 1) * (k * sum(c * c for c in right) - n * n) / denominator
     return q, k - 1, chi2_sf(q, k - 1)
+
+
+def cochran_q_by_problem(models: Sequence[Mapping[tuple, bool]], draws: int = PERMUTATIONS,
+                         seed: int = 0) -> tuple[float, int, float]:
+    """Cochran's Q where a problem is in several rows (keys ``(replicate, problem)``: seeds on one
+    test set): Q over every row, as ``cochran_q``, its p by permutation by problem. Under the
+    hypothesis that the models are exchangeable on every problem, the models' labels are shuffled
+    alike in all of a problem's rows (one shuffle per problem, not per row: a problem's repeats are
+    not independent evidence); p = (1 + draws at least as large as Q) / (1 + ``draws``), seeded,
+    so the same verdicts give the same p."""
+    q, df, _ = cochran_q(models)
+    keys = list(models[0])
+    problems = {problem: i for i, problem in enumerate(dict.fromkeys(key[1] for key in keys))}
+    # Row totals and the grand total do not move under a shuffle within rows, so Q moves only with
+    # the sum of the squared model totals, and a model's total is its sum over problems of the
+    # problem's count of rows it solved (``solved``: [problems, models]).
+    solved = np.zeros((len(problems), len(models)), dtype=np.int64)
+    for key in keys:
+        solved[problems[key[1]]] += [m[key] for m in models]
+    split = solved[(solved != solved[:, :1]).any(axis=1)]  # alike on every model: no shuffle moves them
+    observed = (solved.sum(axis=0) ** 2).sum()
+    if q == 0.0 or len(split) == 0:
+        return q, df, 1.0
+    rng = np.random.default_rng(seed)
+    at_least, rest = 0, draws
+    while rest:
+        chunk = min(rest, 1_000)
+        order = rng.random((chunk, *split.shape)).argsort(axis=2)  # one shuffle per problem and draw
+        totals = np.take_along_axis(np.broadcast_to(split, order.shape), order, axis=2).sum(axis=1)
+        totals += solved.sum(axis=0) - split.sum(axis=0)  # problems no shuffle moves: their own totals
+        at_least += int(((totals ** 2).sum(axis=1) >= observed).sum())
+        rest -= chunk
+    return q, df, (1 + at_least) / (1 + draws)
 
 
 @dataclass(frozen=True)
