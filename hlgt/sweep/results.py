@@ -507,5 +507,10 @@ def report_so_far(spec: SweepSpec) -> tuple[list[dict], str, dict[str, Path], li
     trials = finished_trials(spec, notes)
     done = sum(len(t) for t in trials.values())
     total = sum(len(spec.arm_samples(arm)) for arm in spec.arms) * len(spec.replicates)
-    rows, paper_tables, paths = summarise(spec, trials, so_far=f"so far: {done} of {total} trials finished")
+    title = f"so far: {done} of {total} trials finished"
+    if spec.scheduler != "fifo":
+        # A trial the scheduler stopped leaves no final checkpoint: only Tune's state tells it from one
+        # still training, and the sweep's own tables count it.
+        title += f"; any the {spec.scheduler} scheduler stopped early are not among them"
+    rows, paper_tables, paths = summarise(spec, trials, so_far=title)
     return rows, paper_tables, paths, notes
