@@ -719,8 +719,20 @@ def test_seeds_on_one_split_are_paired_by_problem():
     assert paired.p == 12 / 16
     md = tables.tables_markdown(tests, "mawps", pooled_over="2 seeds")
     assert "| 2 / 4 | 0.75 |" in md and "the p takes each problem once" in md
+    # By problem: Q over the 20 rows, its p by shuffling the arms per problem (exactly 0.8519 over
+    # all (3!)^10 shuffles); the chi-square over the rows would give 0.51.
     assert ("on the 20 problems of the replicates all of them tested (10 distinct: the p by permutation by problem, "
-            "10,000 draws" in md)
+            "10,000 draws, each shuffling the arms alike in all of a problem's replicates): Q = 1.3, p = 0.85." in md)
+
+
+def test_arms_that_differ_beyond_every_shuffle_get_a_bound_not_the_floor_estimate():
+    from hlgt.sweep import tables
+
+    fold0 = [f"a{i}" for i in range(30)]
+    tests = {arm: tables.ArmTest(arm, {r: scored(fold0, set(fold0[:solved])) for r in (0, 1)})
+             for arm, solved in (("full", 30), ("no_line_graph", 5), ("no_aux_task", 0))}
+    line = tables.differ_line(list(tests), tests)
+    assert line.endswith("no draw reached Q: p < 0.0003.") and "(30 distinct" in line
 
 
 def test_without_validation_every_finished_trial_is_chosen_and_tested_at_its_last_epoch():
@@ -913,8 +925,8 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
     assert command.main(argv + ["--so-far"]) == 0
     out = capsys.readouterr().out
     report = spec.so_far_dir / "results.md"
-    assert ("## long (so far: 2 of 4 trials finished; any the asha scheduler stopped early are not among them)"
-            in report.read_text())
+    assert ("## long (so far: 2 of 4 trials finished; trials the asha scheduler stopped early are not counted as "
+            "finished)" in report.read_text())
     rows = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
     assert rows["full"]["runs"] == 2 and [r["replicate"] for r in rows["full"]["replicates"]] == [0, 1]
     assert rows["full"]["val_value_acc_mean"] == 0.5 and rows["no_line_graph"]["runs"] == 0
@@ -944,6 +956,10 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
     shutil.rmtree(spec.train_storage)
     assert command.main(argv + ["--so-far"]) == 0
     assert "(so far: 2 of 4 trials finished;" in report.read_text()
+    spec.scheduler = "fifo"  # no trial stopped early: nothing to say of such trials
+    results.report_so_far(spec)
+    assert "(so far: 2 of 4 trials finished)" in report.read_text()
+    spec.scheduler = "asha"
     again = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
     assert again["full"]["test_value_acc_mean"] == rows["full"]["test_value_acc_mean"]
     assert again["full"]["runs"] == 2 and "only the test predictions were kept" in again["full"]["checkpoints"][0]

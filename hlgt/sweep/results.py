@@ -511,6 +511,6 @@ def report_so_far(spec: SweepSpec) -> tuple[list[dict], str, dict[str, Path], li
     if spec.scheduler != "fifo":
         # A trial the scheduler stopped leaves no final checkpoint: only Tune's state tells it from one
         # still training, and the sweep's own tables count it.
-        title += f"; any the {spec.scheduler} scheduler stopped early are not among them"
+        title += f"; trials the {spec.scheduler} scheduler stopped early are not counted as finished"
     rows, paper_tables, paths = summarise(spec, trials, so_far=title)
     return rows, paper_tables, paths, notes

@@ -7,11 +7,10 @@ paired with ``full`` problem by problem on the replicates both ran (``hlgt.train
 problems only one of the two solves and the exact McNemar p say whether a difference is more than
 the luck of a few problems (by problem where replicates share test problems: seeds on one split).
 Under a table of three arms or more, Cochran's Q says whether its arms differ at all (its p by
-permutation by problem where replicates share test problems). Where an arm
-was trained with more than one seed, it is paired with itself across seeds on the same folds: how
-far training noise alone moves an arm, the yardstick for its differences to ``full``. Table 4 is
-value accuracy by the number of quantities in the problem, pooled over the replicates every arm
-tested.
+permutation by problem where replicates share test problems). Where an arm was trained with more
+than one seed, it is paired with itself across seeds on the same folds: how far training noise
+alone moves an arm, the yardstick for its differences to ``full``. Table 4 is value accuracy by the
+number of quantities in the problem, pooled over the replicates every arm tested.
 """
 from __future__ import annotations
 
@@ -132,13 +131,18 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
     models = [{(r, s.id): s.value_correct for r in common for s in tests[a].by_replicate[r]} for a in present]
     distinct = len({problem for _, problem in models[0]})
     if distinct < len(models[0]):
-        q, df, p = cochran_q_by_problem(models)
+        q, _, p = cochran_q_by_problem(models)
+        # No draw at least Q: p's estimate is its floor, 1 / (draws + 1); say the bound instead (the
+        # rule of three: p < 3 / draws at 95%).
+        p_text = f"no draw reached Q: p < {3 / PERMUTATIONS:.1g}" if p * (PERMUTATIONS + 1) == 1 else f"p = {p:.2g}"
         how = (f" ({distinct} distinct: the p by permutation by problem, {PERMUTATIONS:,} draws, each shuffling "
                "the arms alike in all of a problem's replicates)")
+        figures = f"Q = {q:.1f}, {p_text}"
     else:
-        (q, df, p), how = cochran_q(models), ""
+        q, df, p = cochran_q(models)
+        how, figures = "", f"Q = {q:.1f}, df = {df}, p = {p:.2g}"
     return (f"Do {which} {len(present)} arms differ at all? Cochran's Q on the {len(models[0])} problems of the "
-            f"replicates all of them tested{how}: Q = {q:.1f}, df = {df}, p = {p:.2g}.")
+            f"replicates all of them tested{how}: {figures}.")
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,8 @@ def cochran_q_by_problem(models: Sequence[Mapping[tuple, bool]], draws: int = PE
     not independent evidence); p = (1 + draws at least as large as Q) / (1 + ``draws``), seeded,
     so the same verdicts give the same p."""
     q, df, _ = cochran_q(models)
+    if q == 0.0:  # every model's total alike: the least any shuffle gives
+        return q, df, 1.0
     keys = list(models[0])
     problems = {problem: i for i, problem in enumerate(dict.fromkeys(key[1] for key in keys))}
     # Row totals and the grand total do not move under a shuffle within rows, so Q moves only with
@@ -124,17 +126,16 @@ def cochran_q_by_problem(models: Sequence[Mapping[tuple, bool]], draws: int = PE
     solved = np.zeros((len(problems), len(models)), dtype=np.int64)
     for key in keys:
         solved[problems[key[1]]] += [m[key] for m in models]
-    split = solved[(solved != solved[:, :1]).any(axis=1)]  # alike on every model: no shuffle moves them
+    # The problems some shuffle moves: those alike on every model add the same to each total.
+    split = solved[(solved != solved[:, :1]).any(axis=1)].astype(np.int16)  # counts <= replicates
+    fixed = solved.sum(axis=0) - split.sum(axis=0)
     observed = (solved.sum(axis=0) ** 2).sum()
-    if q == 0.0 or len(split) == 0:
-        return q, df, 1.0
     rng = np.random.default_rng(seed)
     at_least, rest = 0, draws
     while rest:
-        chunk = min(rest, 1_000)
-        order = rng.random((chunk, *split.shape)).argsort(axis=2)  # one shuffle per problem and draw
-        totals = np.take_along_axis(np.broadcast_to(split, order.shape), order, axis=2).sum(axis=1)
-        totals += solved.sum(axis=0) - split.sum(axis=0)  # problems no shuffle moves: their own totals
+        chunk = min(rest, max(1, 2 ** 22 // split.size))  # a few MB of shuffled counts at a time
+        shuffled = rng.permuted(np.broadcast_to(split, (chunk, *split.shape)), axis=2)  # one shuffle per problem
+        totals = shuffled.sum(axis=1, dtype=np.int64) + fixed
         at_least += int(((totals ** 2).sum(axis=1) >= observed).sum())
         rest -= chunk
     return q, df, (1 + at_least) / (1 + draws)
