@@ -876,6 +876,62 @@ def _finished_trial(spec, folder: str, flat: dict, val_value_acc: float, final: 
     return checkpoint
 
 
+def test_so_far_counts_the_trials_the_scheduler_stopped_by_tunes_saved_state(tmp_path, monkeypatch):
+    argv = ["--ablation", "no_line_graph", "--smoke-test", "--seeds", "1,2", "--name", "asha", "--storage",
+            str(tmp_path / "sweeps"), "--set", f"data.shards_dir={tmp_path / 'processed'}", "--no-wandb"]
+    spec = command.make_spec(command.build_parser().parse_args(argv))
+    spec.shards = build_shards(spec)
+    running = _finished_trial(spec, "full-s0-r0-a_00000", spec.trial_flat("full", 0, 0), 0.5, final=False)
+    stopped = _finished_trial(spec, "full-s0-r1-a_00001", spec.trial_flat("full", 0, 1), 0.25, final=False)
+    (Path(spec.train_storage) / "no_line_graph-s0-r0-a_00002").mkdir()  # stopped before its first checkpoint
+    ended = {"full-s0-r1-a_00001": {"epoch": 6, "val/value_acc": 0.25, results.CHECKPOINT_PATH: str(stopped)},
+             "no_line_graph-s0-r0-a_00002": {"epoch": 1}}
+    monkeypatch.setattr(results, "scheduler_stopped", lambda spec, notes: ended)
+    notes = []
+    trials = results.finished_trials(spec, notes)
+    assert not notes and [t.replicate for t in trials["full"]] == [1]  # replicate 0 still trains
+    (full,), (no_model,) = trials["full"], trials["no_line_graph"]
+    assert (full.checkpoint, full.epochs, full.val_value_acc) == (str(stopped), 6, 0.25)
+    assert (no_model.checkpoint, no_model.epochs, math.isnan(no_model.val_value_acc)) == (None, 1, True)
+    assert running.is_dir() and "full-s0-r0-a_00000" not in ended
+    # Tested as they were, as the sweep's own tables test them: one replicate stopped early, one without a model.
+    rows = {r["arm"]: r for r in results.report_so_far(spec)[0]}
+    assert (rows["full"]["runs"], rows["full"]["stopped_early"]) == (1, 1)
+    assert (rows["no_line_graph"]["runs"], rows["no_line_graph"]["without_model"]) == (0, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_tunes_saved_state_names_the_trials_it_ended(tmp_path, monkeypatch):
+    import ray
+    import ray.tune
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "no_aux_task"],
+                     samples=[{"model.heads": 4}], replicates=[{"data.fold": 0, "train.seed": 1}], wandb=False)
+
+    def trial(config):  # ended by the stop condition after its first report, as a scheduler ends one
+        ray.tune.report({"epoch": 1, "val/value_acc": 0.5, results.CHECKPOINT_PATH: "/c/checkpoint_1"})
+        ray.tune.report({"epoch": 2, "val/value_acc": 0.6, results.CHECKPOINT_PATH: "/c/checkpoint_2"})
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        name = lambda t: "full-s0-r0-xyz"  # noqa: E731
+        ray.tune.Tuner(trial, tune_config=ray.tune.TuneConfig(trial_name_creator=name, trial_dirname_creator=name),
+                       run_config=ray.tune.RunConfig(name="full", storage_path=spec.root, stop={"epoch": 1},
+                                                     verbose=0)).fit()
+    finally:
+        ray.shutdown()
+    (Path(spec.root) / "no_aux_task").mkdir()  # an experiment folder without Tune's state yet
+    notes = []
+    ended = results.scheduler_stopped(spec, notes)
+    assert ended.keys() == {"full-s0-r0-xyz"} and ended["full-s0-r0-xyz"]["epoch"] == 1
+    assert ended["full-s0-r0-xyz"][results.CHECKPOINT_PATH] == "/c/checkpoint_1"
+    assert len(notes) == 1 and "no_aux_task: Tune's state unreadable" in notes[0]
+    spec.scheduler = "fifo"  # a sweep whose trials all run to their end: nothing to read
+    assert results.scheduler_stopped(spec, notes) == {}
+
+
 def test_on_uri_storage_the_results_are_copied_beside_the_trials(tmp_path, monkeypatch, capsys):
     # On S3 the results are written into the job's working directory, which goes with the cluster;
     # a file:// URI takes the same path through pyarrow's filesystems.
@@ -925,8 +981,7 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
     assert command.main(argv + ["--so-far"]) == 0
     out = capsys.readouterr().out
     report = spec.so_far_dir / "results.md"
-    assert ("## long (so far: 2 of 4 trials finished; trials the asha scheduler stopped early are not counted as "
-            "finished)" in report.read_text())
+    assert "## long (so far: 2 of 4 trials finished)" in report.read_text()
     rows = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
     assert rows["full"]["runs"] == 2 and [r["replicate"] for r in rows["full"]["replicates"]] == [0, 1]
     assert rows["full"]["val_value_acc_mean"] == 0.5 and rows["no_line_graph"]["runs"] == 0
@@ -955,11 +1010,7 @@ def test_so_far_tables_the_finished_trials_without_ray_and_leaves_the_sweep_alon
     # a sweep re-run on the same records does not train them again.
     shutil.rmtree(spec.train_storage)
     assert command.main(argv + ["--so-far"]) == 0
-    assert "(so far: 2 of 4 trials finished;" in report.read_text()
-    spec.scheduler = "fifo"  # no trial stopped early: nothing to say of such trials
-    results.report_so_far(spec)
     assert "(so far: 2 of 4 trials finished)" in report.read_text()
-    spec.scheduler = "asha"
     again = {r["arm"]: r for r in json.loads((spec.so_far_dir / "results.json").read_text())}
     assert again["full"]["test_value_acc_mean"] == rows["full"]["test_value_acc_mean"]
     assert again["full"]["runs"] == 2 and "only the test predictions were kept" in again["full"]["checkpoints"][0]

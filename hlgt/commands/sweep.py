@@ -54,8 +54,9 @@ again by the next ``--so-far``, and leaves a record (``so-far/best/<arm>/replica
 test predictions and ``trial.json``) that stands for the trial once its checkpoints are gone: a
 sweep whose storage was lost resumes from the records put back, training none of those trials
 again (``hlgt.sweep.results.recorded_trials``). With a search, its test figures are of the configurations that
-validation chooses so far, among the trials that ran to their last epoch (one that asha or median
-stopped early has no final checkpoint, and only the sweep's own results count it).
+validation chooses so far, among the trials that ran to their last epoch and those that asha or
+median stopped early (by Tune's state as last saved, every few seconds: such a trial has no final
+checkpoint, and is tested at its last one, as the sweep's own results test it).
 
 This command reads the command line (and the YAML file) into a ``hlgt.sweep.spec.SweepSpec`` and
 runs it; the sweep itself lives in ``hlgt.sweep``, which Ray's workers import.

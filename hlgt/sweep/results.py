@@ -96,12 +96,14 @@ def _epochs(fs, checkpoint: str | None, metrics: dict | None) -> int | None:
 def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOutcome]]:
     """The sweep's trials finished so far, per arm, read from the trials' folders without Ray: a
     folder named as a trial of the sweep (``hlgt.sweep.spec.trial_folder``) whose latest final checkpoint
-    (one holding ``results.json``) trained what the sweep says that trial trains. Folders passed
-    over for another reason than still training are said in ``notes``."""
+    (one holding ``results.json``) trained what the sweep says that trial trains, or that Tune's
+    saved state says its scheduler stopped (``scheduler_stopped``). Folders passed over for another
+    reason than still training are said in ``notes``."""
     import pyarrow.fs
 
     fs, root = storage.filesystem(spec.train_storage)
-    latest: dict[tuple[str, int, int], str] = {}
+    ended = scheduler_stopped(spec, notes)
+    found: dict[tuple[str, int, int], TrialOutcome] = {}
     for folder in fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True)):
         trial = read_trial_folder(folder.base_name) if folder.type == pyarrow.fs.FileType.Directory else None
         if trial is None:
@@ -110,26 +112,58 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
         if arm not in spec.arms or sample not in spec.arm_samples(arm) or replicate >= len(spec.replicates):
             notes.append(f"{folder.path}: no trial of this sweep's arms, configurations and replicates")
             continue
-        checkpoint = final_checkpoint(fs, folder.path)
-        if checkpoint is None:
+        checkpoint, result = final_checkpoint(fs, folder.path), ended.get(folder.base_name)
+        if checkpoint is None and result is None:
             continue  # still training, or waiting to resume
-        with fs.open_input_stream(f"{checkpoint}/config.json") as f:
-            changed = changed_settings(json.loads(f.read()), Config.from_flat(spec.trial_flat(*trial)).to_flat())
-        if changed:
-            notes.append(f"{folder.path}: trained other settings than the sweep's ({'; '.join(changed)})")
-        elif trial in latest:
+        if checkpoint is None:
+            # Stopped by the scheduler: tested as it was, at its last reported checkpoint, as the
+            # sweep's own tables test it (none: stopped before its first, no model).
+            checkpoint = result.get(CHECKPOINT_PATH)
+        if checkpoint is not None:
+            with fs.open_input_stream(f"{checkpoint}/config.json") as f:
+                changed = changed_settings(json.loads(f.read()), Config.from_flat(spec.trial_flat(*trial)).to_flat())
+            if changed:
+                notes.append(f"{folder.path}: trained other settings than the sweep's ({'; '.join(changed)})")
+                continue
+        # Checkpoints are named by their path in the storage's filesystem, as Tune reports them.
+        outcome = TrialOutcome(arm=arm, sample=sample, replicate=replicate, checkpoint=checkpoint, error=None,
+                               val_value_acc=best_validation(fs, checkpoint), epochs=_epochs(fs, checkpoint, result))
+        if trial in found:
+            outcome = max(found[trial], outcome, key=lambda t: t.checkpoint or "")
             notes.append(f"{arm} configuration {sample} replicate {replicate} finished twice: the later "
-                         f"checkpoint is used ({max(latest[trial], checkpoint)})")
-            latest[trial] = max(latest[trial], checkpoint)
-        else:
-            latest[trial] = checkpoint
-    # Checkpoints are named by their path in the storage's filesystem, as Tune reports them.
-    found = {trial: TrialOutcome(arm=trial[0], sample=trial[1], replicate=trial[2],
-                                 val_value_acc=best_validation(fs, c), checkpoint=c, error=None,
-                                 epochs=trained_epochs(fs, c))
-             for trial, c in latest.items()}
+                         f"checkpoint is used ({outcome.checkpoint})")
+        found[trial] = outcome
     found = {**recorded_trials(spec, notes), **found}
     return {arm: [t for key, t in sorted(found.items()) if key[0] == arm] for arm in spec.arms}
+
+
+CHECKPOINT_PATH = "checkpoint_path"  # the key of a trial's last checkpoint in its results (TuneReportCallback's)
+
+
+def scheduler_stopped(spec: SweepSpec, notes: list[str]) -> dict[str, dict]:
+    """The trials of a sweep whose scheduler stops trials (asha, median) that Tune has ended, by
+    trial name, with their last results, as Tune's state of each arm's experiment was last saved
+    (every few seconds while the sweep runs). A trial that finished is ended too (and has its final
+    checkpoint); one interrupted with the sweep is not (Tune resumes it). An unreadable state is
+    said in ``notes``."""
+    if spec.scheduler == "fifo":
+        return {}
+    import pyarrow.fs
+    from ray.tune import ExperimentAnalysis
+
+    fs, root = storage.filesystem(spec.root)
+    ended = {}
+    for arm in spec.arms:
+        if fs.get_file_info(f"{root}/{arm}").type == pyarrow.fs.FileType.NotFound:
+            continue  # its experiment has not started
+        try:
+            trials = ExperimentAnalysis(f"{spec.root}/{arm}").trials
+        except Exception as e:  # noqa: BLE001  Tune's own format: a state it cannot read is a note, not the end
+            notes.append(f"{spec.root}/{arm}: Tune's state unreadable ({e}); trials the {spec.scheduler} "
+                         "scheduler stopped are not counted")
+            continue
+        ended.update({str(t): t.last_result or {} for t in trials if t.status == "TERMINATED"})
+    return ended
 
 
 RECORD_FILE = "trial.json"  # beside a tested trial's predictions: what it trained, and its validation
@@ -507,10 +541,5 @@ def report_so_far(spec: SweepSpec) -> tuple[list[dict], str, dict[str, Path], li
     trials = finished_trials(spec, notes)
     done = sum(len(t) for t in trials.values())
     total = sum(len(spec.arm_samples(arm)) for arm in spec.arms) * len(spec.replicates)
-    title = f"so far: {done} of {total} trials finished"
-    if spec.scheduler != "fifo":
-        # A trial the scheduler stopped leaves no final checkpoint: only Tune's state tells it from one
-        # still training, and the sweep's own tables count it.
-        title += f"; trials the {spec.scheduler} scheduler stopped early are not counted as finished"
-    rows, paper_tables, paths = summarise(spec, trials, so_far=title)
+    rows, paper_tables, paths = summarise(spec, trials, so_far=f"so far: {done} of {total} trials finished")
     return rows, paper_tables, paths, notes
