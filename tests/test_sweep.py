@@ -884,20 +884,29 @@ def test_so_far_counts_the_trials_the_scheduler_stopped_by_tunes_saved_state(tmp
     running = _finished_trial(spec, "full-s0-r0-a_00000", spec.trial_flat("full", 0, 0), 0.5, final=False)
     stopped = _finished_trial(spec, "full-s0-r1-a_00001", spec.trial_flat("full", 0, 1), 0.25, final=False)
     (Path(spec.train_storage) / "no_line_graph-s0-r0-a_00002").mkdir()  # stopped before its first checkpoint
-    ended = {"full-s0-r1-a_00001": {"epoch": 6, "val/value_acc": 0.25, results.CHECKPOINT_PATH: str(stopped)},
-             "no_line_graph-s0-r0-a_00002": {"epoch": 1}}
+    replaced = _finished_trial(spec, "no_line_graph-s0-r1-a_00003", spec.trial_flat("no_line_graph", 0, 1), 0.5,
+                               final=False)
+    # Tune's state names checkpoints where the storage was then (it has moved since: found by name).
+    ended = {"full-s0-r1-a_00001": {"epoch": 6, "val/value_acc": 0.25,
+                                    results.CHECKPOINT_PATH: f"/moved/full-s0-r1-a_00001/{stopped.name}"},
+             "no_line_graph-s0-r0-a_00002": {"epoch": 1},
+             "no_line_graph-s0-r1-a_00003": {"epoch": 2,
+                                             results.CHECKPOINT_PATH: str(replaced.parent / "checkpoint_1")}}
     monkeypatch.setattr(results, "scheduler_stopped", lambda spec, notes: ended)
     notes = []
     trials = results.finished_trials(spec, notes)
-    assert not notes and [t.replicate for t in trials["full"]] == [1]  # replicate 0 still trains
-    (full,), (no_model,) = trials["full"], trials["no_line_graph"]
+    assert [t.replicate for t in trials["full"]] == [1]  # replicate 0 still trains
+    (full,), (no_model, gone) = trials["full"], trials["no_line_graph"]
     assert (full.checkpoint, full.epochs, full.val_value_acc) == (str(stopped), 6, 0.25)
     assert (no_model.checkpoint, no_model.epochs, math.isnan(no_model.val_value_acc)) == (None, 1, True)
+    # The checkpoint it reported replaced since (Ray Train keeps the latest): no model, said.
+    assert (gone.replicate, gone.checkpoint, gone.epochs) == (1, None, 2)
+    assert len(notes) == 1 and "the checkpoint the scheduler's last result names is gone" in notes[0]
     assert running.is_dir() and "full-s0-r0-a_00000" not in ended
-    # Tested as they were, as the sweep's own tables test them: one replicate stopped early, one without a model.
+    # Tested as they were, as the sweep's own tables test them: one replicate stopped early, others without a model.
     rows = {r["arm"]: r for r in results.report_so_far(spec)[0]}
     assert (rows["full"]["runs"], rows["full"]["stopped_early"]) == (1, 1)
-    assert (rows["no_line_graph"]["runs"], rows["no_line_graph"]["without_model"]) == (0, 1)
+    assert (rows["no_line_graph"]["runs"], rows["no_line_graph"]["without_model"]) == (0, 2)
 
 
 @pytest.mark.slow
@@ -910,24 +919,34 @@ def test_tunes_saved_state_names_the_trials_it_ended(tmp_path, monkeypatch):
     spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full", "no_aux_task"],
                      samples=[{"model.heads": 4}], replicates=[{"data.fold": 0, "train.seed": 1}], wandb=False)
 
+    from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
+
+    assert results.CHECKPOINT_PATH == CHECKPOINT_PATH_KEY  # the key TuneReportCallback adds
+
     def trial(config):  # ended by the stop condition after its first report, as a scheduler ends one
+        if config["replicate"] == 1:
+            raise RuntimeError("a failed trial: ERROR in Tune's state, resumed by a re-run")
         ray.tune.report({"epoch": 1, "val/value_acc": 0.5, results.CHECKPOINT_PATH: "/c/checkpoint_1"})
         ray.tune.report({"epoch": 2, "val/value_acc": 0.6, results.CHECKPOINT_PATH: "/c/checkpoint_2"})
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        name = lambda t: "full-s0-r0-xyz"  # noqa: E731
-        ray.tune.Tuner(trial, tune_config=ray.tune.TuneConfig(trial_name_creator=name, trial_dirname_creator=name),
+        name = lambda t: f"full-s0-r{t.config['replicate']}-xyz"  # noqa: E731
+        ray.tune.Tuner(trial, param_space={"replicate": ray.tune.grid_search([0, 1])},
+                       tune_config=ray.tune.TuneConfig(trial_name_creator=name, trial_dirname_creator=name),
                        run_config=ray.tune.RunConfig(name="full", storage_path=spec.root, stop={"epoch": 1},
                                                      verbose=0)).fit()
     finally:
         ray.shutdown()
-    (Path(spec.root) / "no_aux_task").mkdir()  # an experiment folder without Tune's state yet
+    (Path(spec.root) / "no_aux_task").mkdir()  # an experiment that has not saved its state yet
     notes = []
     ended = results.scheduler_stopped(spec, notes)
     assert ended.keys() == {"full-s0-r0-xyz"} and ended["full-s0-r0-xyz"]["epoch"] == 1
     assert ended["full-s0-r0-xyz"][results.CHECKPOINT_PATH] == "/c/checkpoint_1"
-    assert len(notes) == 1 and "no_aux_task: Tune's state unreadable" in notes[0]
+    assert notes == []
+    state = next((Path(spec.root) / "full").glob("experiment_state-*.json"))
+    state.write_text(state.read_text()[:100])  # caught mid-write
+    assert results.scheduler_stopped(spec, notes) == {} and "full: Tune's state unreadable" in notes[0]
     spec.scheduler = "fifo"  # a sweep whose trials all run to their end: nothing to read
     assert results.scheduler_stopped(spec, notes) == {}
 

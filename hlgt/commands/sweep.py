@@ -49,7 +49,7 @@ grouped by the sweep).
 
 While a long sweep runs, ``--so-far`` with the sweep's own flags writes the same tables for the
 trials finished so far into ``<storage>/<name>/so-far/`` and prints them: it reads the trials'
-checkpoints without Ray and leaves the running sweep alone; a model it has tested is not tested
+checkpoints without starting Ray and leaves the running sweep alone; a model it has tested is not tested
 again by the next ``--so-far``, and leaves a record (``so-far/best/<arm>/replicate<r>/``: its
 test predictions and ``trial.json``) that stands for the trial once its checkpoints are gone: a
 sweep whose storage was lost resumes from the records put back, training none of those trials

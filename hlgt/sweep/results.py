@@ -8,7 +8,7 @@ then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.swee
 ``results.csv`` (one row per arm and replicate: per-fold figures), ``results.json`` and
 ``results.png`` (a point per arm, mean ± std, the paper's figure marked) and, with W&B on, as one
 summary run with the tables and the chosen models' test predictions. ``report_so_far`` writes the
-same for the trials finished so far, read from their checkpoints without Ray, into
+same for the trials finished so far, read from their checkpoints without starting Ray, into
 ``<sweep>/so-far/``, while the sweep runs. Each trial it tests leaves there a record
 (``so-far/best/<arm>/replicate<r>/``: the test predictions and ``trial.json``, its settings), which
 stands for the trial when its checkpoints are gone: a sweep whose storage was lost (a cluster torn
@@ -20,7 +20,9 @@ import contextlib
 import csv
 import importlib.util
 import json
+import logging
 import math
+import posixpath
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,7 @@ from hlgt.train.checkpoint import RESULTS_FILE, changed_settings
 ROW_COLUMNS = ["arm", "config", "runs", "stopped_early", "epochs_unknown", "trials", "failed", "without_model",
                "val_value_acc_mean", "val_value_acc_std", "test_value_acc_mean", "test_value_acc_std",
                "test_equation_acc_mean", "test_equation_acc_std"]
+CHECKPOINT_PATH = "checkpoint_path"  # the key of a trial's last checkpoint in its results (TuneReportCallback's)
 CSV_COLUMNS = ["arm", "config", "replicate", "fold", "seed", "epochs", "problems", "val_value_acc",
                "test_value_acc", "test_equation_acc", "model"]
 
@@ -77,7 +80,7 @@ def outcomes(spec: SweepSpec, arm: str, grid) -> list[TrialOutcome]:
     fs = storage.filesystem(spec.storage)[0]  # Tune's checkpoint paths lie on it
     out = []
     for r in grid:
-        checkpoint = (r.metrics or {}).get("checkpoint_path")
+        checkpoint = (r.metrics or {}).get(CHECKPOINT_PATH)
         out.append(TrialOutcome(arm=arm, sample=int(r.config["sample"]), replicate=int(r.config["replicate"]),
                                 val_value_acc=best_validation(fs, checkpoint), checkpoint=checkpoint,
                                 error=None if r.error is None else str(r.error),
@@ -94,7 +97,7 @@ def _epochs(fs, checkpoint: str | None, metrics: dict | None) -> int | None:
 
 
 def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOutcome]]:
-    """The sweep's trials finished so far, per arm, read from the trials' folders without Ray: a
+    """The sweep's trials finished so far, per arm, read from the trials' folders without starting Ray: a
     folder named as a trial of the sweep (``hlgt.sweep.spec.trial_folder``) whose latest final checkpoint
     (one holding ``results.json``) trained what the sweep says that trial trains, or that Tune's
     saved state says its scheduler stopped (``scheduler_stopped``). Folders passed over for another
@@ -118,7 +121,7 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
         if checkpoint is None:
             # Stopped by the scheduler: tested as it was, at its last reported checkpoint, as the
             # sweep's own tables test it (none: stopped before its first, no model).
-            checkpoint = result.get(CHECKPOINT_PATH)
+            checkpoint = reported_checkpoint(fs, folder.path, result, notes)
         if checkpoint is not None:
             with fs.open_input_stream(f"{checkpoint}/config.json") as f:
                 changed = changed_settings(json.loads(f.read()), Config.from_flat(spec.trial_flat(*trial)).to_flat())
@@ -129,7 +132,8 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
         outcome = TrialOutcome(arm=arm, sample=sample, replicate=replicate, checkpoint=checkpoint, error=None,
                                val_value_acc=best_validation(fs, checkpoint), epochs=_epochs(fs, checkpoint, result))
         if trial in found:
-            outcome = max(found[trial], outcome, key=lambda t: t.checkpoint or "")
+            # Ray Train names checkpoints by the time they were made: the later name is the later one.
+            outcome = max(found[trial], outcome, key=lambda t: posixpath.basename(t.checkpoint or ""))
             notes.append(f"{arm} configuration {sample} replicate {replicate} finished twice: the later "
                          f"checkpoint is used ({outcome.checkpoint})")
         found[trial] = outcome
@@ -137,7 +141,21 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
     return {arm: [t for key, t in sorted(found.items()) if key[0] == arm] for arm in spec.arms}
 
 
-CHECKPOINT_PATH = "checkpoint_path"  # the key of a trial's last checkpoint in its results (TuneReportCallback's)
+def reported_checkpoint(fs, trial_dir: str, result: dict, notes: list[str]) -> str | None:
+    """The checkpoint a stopped trial last reported to Tune, found by its name in the trial's folder
+    (Tune's state holds the path where the sweep's storage was then); None when it reported none, or
+    when Ray Train has replaced it since (a checkpoint made after the scheduler's decision), said in
+    ``notes``."""
+    import pyarrow.fs
+
+    if result.get(CHECKPOINT_PATH) is None:
+        return None
+    checkpoint = f"{trial_dir}/{posixpath.basename(result[CHECKPOINT_PATH].rstrip('/'))}"
+    if fs.get_file_info(f"{checkpoint}/config.json").type != pyarrow.fs.FileType.File:
+        notes.append(f"{trial_dir}: the checkpoint the scheduler's last result names is gone ({checkpoint}): "
+                     "counted without a model")
+        return None
+    return checkpoint
 
 
 def scheduler_stopped(spec: SweepSpec, notes: list[str]) -> dict[str, dict]:
@@ -146,7 +164,7 @@ def scheduler_stopped(spec: SweepSpec, notes: list[str]) -> dict[str, dict]:
     (every few seconds while the sweep runs). A trial that finished is ended too (and has its final
     checkpoint); one interrupted with the sweep is not (Tune resumes it). An unreadable state is
     said in ``notes``."""
-    if spec.scheduler == "fifo":
+    if spec.scheduler == "fifo" or not spec.validated:  # no scheduler stops trials; one experiment per arm else
         return {}
     import pyarrow.fs
     from ray.tune import ExperimentAnalysis
@@ -154,16 +172,31 @@ def scheduler_stopped(spec: SweepSpec, notes: list[str]) -> dict[str, dict]:
     fs, root = storage.filesystem(spec.root)
     ended = {}
     for arm in spec.arms:
-        if fs.get_file_info(f"{root}/{arm}").type == pyarrow.fs.FileType.NotFound:
-            continue  # its experiment has not started
+        files = fs.get_file_info(pyarrow.fs.FileSelector(f"{root}/{arm}", allow_not_found=True))
+        if not any(f.base_name.startswith("experiment_state") for f in files):
+            continue  # its experiment has not started, or not saved its state yet
         try:
-            trials = ExperimentAnalysis(f"{spec.root}/{arm}").trials
+            # It also reads each trial's results, and warns of trials that have none yet (not started).
+            with _quiet("ray.tune.analysis.experiment_analysis"):
+                trials = ExperimentAnalysis(f"{root}/{arm}", storage_filesystem=fs).trials
         except Exception as e:  # noqa: BLE001  Tune's own format: a state it cannot read is a note, not the end
             notes.append(f"{spec.root}/{arm}: Tune's state unreadable ({e}); trials the {spec.scheduler} "
                          "scheduler stopped are not counted")
             continue
         ended.update({str(t): t.last_result or {} for t in trials if t.status == "TERMINATED"})
     return ended
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """The logger's warnings held back meanwhile."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 RECORD_FILE = "trial.json"  # beside a tested trial's predictions: what it trained, and its validation
