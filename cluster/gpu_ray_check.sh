@@ -6,7 +6,11 @@
 # per process sampled throughout. Carry the shards and the wheelhouse:
 #
 #   python -m hlgt.data.build --dataset mawps --fold 0 --mawps-folds graph2tree --no-ray --out shards/mawps-f0
-#   python cluster/wheelhouse.py build --out wheelhouse --also pyyaml --have numpy,pandas,pyarrow,torch,python-dateutil,pytz,tzdata
+#   python cluster/wheelhouse.py build --out wheelhouse --also pyyaml \
+#     --have numpy,pandas,pyarrow,torch,python-dateutil,pytz,tzdata,grpcio,requests,urllib3,idna,certifi,charset-normalizer,filelock,fsspec,click,pyyaml
+#
+# (--have: what the lent H200's image holds, in versions Ray accepts; a 45 MiB part, so that it,
+# the shards and the working tree fit one call's 64 MiB)
 #   bash cluster/gpu_ray_check.sh            # there: logs and summary.md under $OUT
 #
 # Settings (environment): OUT (default gpu-ray-out), SHARDS (shards/mawps-f0), WHEELS (the first
