@@ -68,8 +68,12 @@ RESUME=${RESUME:-false}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
+# Logs unbuffered: a call cut at its time limit keeps every line written before; a one-line error
+# (hlgt's command line) keeps its traceback, for a failure seen only on the GPU.
+export PYTHONUNBUFFERED=1 HLGT_DEBUG=1
 { nvidia-smi || true; python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
   > "$OUT/machine.txt" 2>&1
+python -m pip list --format=freeze > "$OUT/pip_freeze.txt" 2>&1 || true  # what a carried wheelhouse can rely on
 
 step_probe() {
   echo "[gpu_check] the sweep's GPU memory probe: trials per GPU" >&2

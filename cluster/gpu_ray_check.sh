@@ -6,11 +6,11 @@
 # per process sampled throughout. Carry the shards and the wheelhouse:
 #
 #   python -m hlgt.data.build --dataset mawps --fold 0 --mawps-folds graph2tree --no-ray --out shards/mawps-f0
-#   python cluster/wheelhouse.py build --out wheelhouse --also pyyaml \
-#     --have numpy,pandas,pyarrow,torch,python-dateutil,pytz,tzdata,grpcio,requests,urllib3,idna,certifi,charset-normalizer,filelock,fsspec,click,pyyaml
+#   python cluster/wheelhouse.py build --out wheelhouse --also pyyaml --have numpy,pandas,pyarrow,torch,python-dateutil,pytz,tzdata,grpcio
 #
-# (--have: what the lent H200's image holds, in versions Ray accepts; a 45 MiB part, so that it,
-# the shards and the working tree fit one call's 64 MiB)
+# (--have: what the lent H200's image holds; grpcio, 7 MB, whatever its version there: Ray asks
+# for 1.42 or later, tensorboard there for 1.48.2. The smaller packages stay in, their versions
+# there unknown: one 47 MiB part, so that it, the shards and the working tree fit one call's 64 MiB)
 #   bash cluster/gpu_ray_check.sh            # there: logs and summary.md under $OUT
 #
 # Settings (environment): OUT (default gpu-ray-out), SHARDS (shards/mawps-f0), WHEELS (the first
@@ -32,7 +32,8 @@ GPU=${GPU:-1}
 SET=${SET-data.mawps_folds=graph2tree}
 RUNS=${RUNS:-/tmp/hlgt-ray-check}  # checkpoints stay on the machine; logs and summaries go to $OUT
 mkdir -p "$OUT" "$RUNS"
-export RAY_AUTH_MODE=disabled WANDB_MODE=offline PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Logs unbuffered: a call cut at its time limit keeps every line written before.
+export RAY_AUTH_MODE=disabled WANDB_MODE=offline PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 sets=(--no-wandb); for kv in $SET; do sets+=(--set "$kv"); done
 status=0
 log() { echo "[gpu_ray_check] $*" >&2; echo "- $*" >> "$OUT/summary.md"; }
