@@ -272,8 +272,8 @@ def trials_that_fit(spec: SweepSpec, res: dict) -> int:
 def epoch_lines(validated: bool):
     """A Tune callback printing one line per trial per epoch (with its validation score on the epochs
     that validated, when trials hold out validation), one when a trial ends, and the error of a
-    failed one, retried or
-    not: the sweep's console unless ``--verbose`` (then Tune's and the workers' own)."""
+    failed one, retried or not: the sweep's console unless ``--verbose`` (then Tune's and the
+    workers' own)."""
     from ray.tune import Callback
 
     class EpochLines(Callback):

@@ -134,7 +134,7 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
         q, _, p = cochran_q_by_problem(models)
         # No draw at least Q: p's estimate is its floor, 1 / (draws + 1); say the bound instead (the
         # rule of three: p < 3 / draws at 95%).
-        p_text = f"no draw reached Q: p < {3 / PERMUTATIONS:.1g}" if p * (PERMUTATIONS + 1) == 1 else f"p = {p:.2g}"
+        p_text = f"no draw reached Q: p < {3 / PERMUTATIONS:.1g}" if p == 1 / (PERMUTATIONS + 1) else f"p = {p:.2g}"
         how = (f" ({distinct} distinct: the p by permutation by problem, {PERMUTATIONS:,} draws, each shuffling "
                "the arms alike in all of a problem's replicates)")
         figures = f"Q = {q:.1f}, {p_text}"
