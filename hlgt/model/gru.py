@@ -106,8 +106,8 @@ def _causal_bigru(gru: nn.GRU, x: Tensor, reversal: Reversal) -> tuple[Tensor, T
     for layer in range(gru.num_layers):
         # cuDNN takes a weight list as one chunk only where it starts its storage (ATen's
         # try_get_weight_buf reads the storage from offset 0): here the first layer's forward
-        # weights. Every other pass warns ("not part of single contiguous chunk") and copies its
-        # weights into a fresh chunk: up to 9.5 MB at paper sizes, microseconds on a GPU.
+        # weights at most. Every other pass warns ("not part of single contiguous chunk") and
+        # copies its weights into a fresh chunk: up to 9.5 MB at paper sizes, microseconds on a GPU.
         fwd, rev = (torch._VF.gru(inp, h0, [getattr(gru, f"{name}_l{layer}{sfx}") for name in
                                             ("weight_ih", "weight_hh", "bias_ih", "bias_hh")],
                                   True, 1, 0.0, gru.training, False, True)[0]
