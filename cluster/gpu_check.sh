@@ -22,7 +22,8 @@
 #   recurrence  the encoder's BiGRUs alone over PROFILE_STEPS padded batches: eager, and captured over
 #             each batch's packing or as causal passes over padded lengths (recurrence.txt)
 #   bigrus    the speed with train.cuda_graphs=true, without and with train.capture_bigrus=true (the
-#             BiGRUs replayed too) in the same call (bench_graphs.txt, bench_bigrus.txt)
+#             BiGRUs replayed too) in the same call, and what a capture costs beyond its step
+#             (bench_graphs.txt, bench_bigrus.txt)
 #   graphs    the speed with train.cuda_graphs=true (bench_graphs.txt), and three epochs of `full` and
 #             `gts` trained eagerly, with it and with train.capture_bigrus too at dropout 0, whose
 #             losses should agree, `full` eagerly twice: how far two eager runs drift apart on the

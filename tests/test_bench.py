@@ -219,6 +219,19 @@ def test_kernel_profile_counts_no_kernels_on_the_cpu():
     assert k["per_step"] == 0 and k["busy_ms_per_step"] == 0 and "aten::add_" in k["table"]
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_bench_with_cuda_graphs_prints_what_capturing_cost(tmp_path, capsys, monkeypatch, stand_in_graphs):
+    monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
+    assert main(["--dataset", "sample", "--ablation", "gts", "--limit", "48", "--decode-limit", "8",
+                 "--batch-size", "8", "--embedding", "8", "--hidden", "16", "--beam-size", "1", "--threads", "1",
+                 "--set", "train.cuda_graphs=true"]) == 0
+    out = capsys.readouterr().out
+    assert "[bench] gts: timed pass: cuda graphs: 5 batches replayed, 0 eager" in out
+    line = re.search(r"\[bench\] gts: the pass before it: [\d.]+ s, (\d+) shapes captured at their first "
+                     r"batches: at most -?[\d.]+ s a capture beyond its step", out)
+    assert line and int(line.group(1)) == len(stand_in_graphs) > 0
+
+
 def test_cuda_graphs_need_a_gpu_to_be_timed(tmp_path, monkeypatch):
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path))
     with pytest.raises(ValueError, match="train.cuda_graphs captures CUDA graphs: it needs a GPU"):

@@ -292,8 +292,7 @@ def test_a_failed_capture_with_the_bigrus_leaves_them_eager_and_the_rest_replaye
                                          "they run eagerly: operation not permitted when stream is capturing")
 
 
-@pytest.mark.usefixtures("stand_in_graphs")
-def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards):
+def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards, stand_in_graphs):
     from hlgt.train.bench import measure
 
     cfg = Config.from_flat({**TINY, "train.cuda_graphs": True, "model.beam_size": 1})
@@ -303,6 +302,19 @@ def test_bench_times_the_replayed_steps_after_learning_and_capturing(shards):
     # no batch of 8 left short.
     assert r["note"] == "cuda graphs: 7 batches replayed, 0 eager" and r["train_problems"] == 56
     assert r["train_loss"] > 0
+    # The pass before it captured each shape once; its time beyond the timed pass's (scaled
+    # to its 8 batches) is shared among them.
+    assert r["captures"] == len(stand_in_graphs) > 0 and r["capture_pass_s"] > 0
+    replayed_s = r["capture_pass_s"] - r["captures"] * r["capture_s_each"]
+    assert replayed_s == pytest.approx(8 * 56 / r["train_problems_per_s"] / 7)
+
+
+def test_bench_measures_no_capture_without_cuda_graphs(shards):
+    from hlgt.train.bench import measure
+
+    solver, vocab, rows = _solver_and_rows(shards)
+    r = measure(Config.from_flat({**TINY, "model.beam_size": 1}), rows[:64], rows[64:72], vocab, torch.device("cpu"))
+    assert "captures" not in r and "capture_s_each" not in r and r["note"] == ""
 
 
 @pytest.mark.parametrize("bigrus", [False, True])

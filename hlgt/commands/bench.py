@@ -280,6 +280,10 @@ def _print_speed(run: _Inputs, device: torch.device) -> None:
                  f" ({r['train_syncs_per_step']:g} host syncs per step{': ' + places if places else ''})")
         if r["note"]:
             print(f"[bench] {arm}: timed pass: {r['note']}", flush=True)
+        if r.get("captures"):
+            print(f"[bench] {arm}: the pass before it: {r['capture_pass_s']:.2f} s, {r['captures']} shapes "
+                  f"captured at their first batches: at most {r['capture_s_each']:.3f} s a capture beyond "
+                  f"its step", flush=True)
         ahead = ", by a thread ahead of the steps" if device.type == "cuda" else ""
         print(f"[bench] {arm}: train {r['train_problems_per_s']:.1f} problems/s{syncs}, "
               f"mean training loss {r['train_loss']:.4f}, host per batch: collating {r['collate_ms_per_batch']:.1f} ms "

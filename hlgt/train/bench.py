@@ -98,7 +98,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     encoded = encode(rows, vocab)  # as training does, once
     solver, opt, batches = _training(cfg, vocab, encoded, device)
     collate_ms = _collate_ms(cfg, vocab, encoded)
-    plan, forward, steps = _as_trained(cfg, solver, opt, batches, device)
+    plan, forward, steps, capturing = _as_trained(cfg, solver, opt, batches, device)
     timed, start, syncs, losses = sum(map(len, batches[1:])), time.perf_counter(), [], []
     for batch in planned(batches[1:], plan, device):  # as training plans them
         with _syncs_counted(device, syncs):
@@ -128,12 +128,26 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
               "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters()),
               "note": note, "train_loss": float(torch.stack(losses).sum()) / timed if losses else float("nan"),
-              "collate_ms_per_batch": collate_ms, "plan_ms_per_batch": plan_ms}
+              "collate_ms_per_batch": collate_ms, "plan_ms_per_batch": plan_ms,
+              **_capture_cost(capturing, train_s * len(batches) / steps)}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
         result["decode_bf16_problems_per_s"], low = decode(True)
         result["decode_bf16_changed"] = sum(a != b for a, b in zip(fp32, low))
     return result
+
+
+def _capture_cost(capturing: tuple[float, int] | None, replayed_s: float) -> dict:
+    """What capturing the shapes cost: the capturing pass's seconds and captures, and per capture
+    that pass's time beyond ``replayed_s`` (the same batches replayed: the timed pass's time,
+    scaled). The pass's first step's one-time set-up (kernels loaded, allocator) and its planning
+    (inline, where the timed pass plans ahead on a GPU) fall on the captures too: the per-capture
+    figure is an upper bound. {} without ``train.cuda_graphs``."""
+    if capturing is None:
+        return {}
+    seconds, captures = capturing
+    return {"capture_pass_s": seconds, "captures": captures,
+            "capture_s_each": (seconds - replayed_s) / captures if captures else None}
 
 
 def _training(cfg: Config, vocab, rows: list, device: torch.device) -> tuple:
@@ -171,20 +185,24 @@ def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, 
 
 
 def _as_trained(cfg: Config, solver: Solver, opt, batches: list, device: torch.device) -> tuple:
-    """``(plan, forward, steps)``: the training step's planning and forward as training runs them,
-    after an untimed warm-up: ``_warm_up``'s batches; with ``train.cuda_graphs``, as training does,
-    the shapes learned from ``batches``, then a pass over them that captures the shapes (``steps``:
-    their ``GraphedSteps``, else None)."""
+    """``(plan, forward, steps, capturing)``: the training step's planning and forward as training
+    runs them, after a warm-up outside the timed pass: ``_warm_up``'s batches; with ``train.cuda_graphs``, as
+    training does, the shapes learned from ``batches``, then a pass over them that captures the
+    shapes (``steps``: their ``GraphedSteps``, else None; ``capturing``: that pass's seconds and
+    captures, else None)."""
     steps = GraphedSteps(solver, cfg.train.capture_bigrus) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
     if steps is not None:
         steps.learn(batches)
+    start = time.perf_counter()
     for batch in (batches if steps is not None else _warm_up(cfg, batches)):
         train_step(forward, opt, plan(batch).to(device))
-    if steps is not None:
-        steps.epoch_note()
     _sync(device)
-    return plan, forward, steps
+    capturing = None
+    if steps is not None:
+        capturing = (time.perf_counter() - start, sum(b.graphed is not None for b in steps.buckets.values()))
+        steps.epoch_note()
+    return plan, forward, steps, capturing
 
 
 def _warm_up(cfg: Config, batches: list) -> list:
@@ -275,7 +293,7 @@ def time_steps(cfg: Config, rows: list[dict], vocab, device: torch.device, steps
 
 
     solver, opt, batches = _training_steps(cfg, vocab, rows, device, steps, "--time-steps")
-    plan, forward, graphed = _as_trained(cfg, solver, opt, batches, device)
+    plan, forward, graphed, _ = _as_trained(cfg, solver, opt, batches, device)
     stats = EpochStats(solver.parts(), device)
     cuda = device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
