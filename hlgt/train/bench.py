@@ -186,10 +186,10 @@ def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, 
 
 def _as_trained(cfg: Config, solver: Solver, opt, batches: list, device: torch.device) -> tuple:
     """``(plan, forward, steps, capturing)``: the training step's planning and forward as training
-    runs them, after a warm-up outside the timed pass: ``_warm_up``'s batches; with ``train.cuda_graphs``, as
-    training does, the shapes learned from ``batches``, then a pass over them that captures the
-    shapes (``steps``: their ``GraphedSteps``, else None; ``capturing``: that pass's seconds and
-    captures, else None)."""
+    runs them, after a warm-up outside the timed pass: ``_warm_up``'s batches; with
+    ``train.cuda_graphs``, as training does, the shapes learned from ``batches``, then a pass over
+    them that captures the shapes (``steps``: their ``GraphedSteps``, else None; ``capturing``: that
+    pass's seconds and captures, else None)."""
     steps = GraphedSteps(solver, cfg.train.capture_bigrus) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
     if steps is not None:
