@@ -140,9 +140,8 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
 def _capture_cost(capturing: tuple[float, int] | None, replayed_s: float) -> dict:
     """What capturing the shapes cost: the capturing pass's seconds and captures, and per capture
     that pass's time beyond ``replayed_s`` (the same batches replayed: the timed pass's time,
-    scaled). The pass's first step's one-time set-up (kernels loaded, allocator) and its planning
-    (inline, where the timed pass plans ahead on a GPU) fall on the captures too: the per-capture
-    figure is an upper bound. {} without ``train.cuda_graphs``."""
+    scaled). Its planning (inline, where the timed pass plans ahead on a GPU) falls on the captures
+    too: the per-capture figure is an upper bound. {} without ``train.cuda_graphs``."""
     if capturing is None:
         return {}
     seconds, captures = capturing
@@ -187,13 +186,17 @@ def _training_steps(cfg: Config, vocab, rows: list[dict], device: torch.device, 
 def _as_trained(cfg: Config, solver: Solver, opt, batches: list, device: torch.device) -> tuple:
     """``(plan, forward, steps, capturing)``: the training step's planning and forward as training
     runs them, after a warm-up outside the timed pass: ``_warm_up``'s batches; with
-    ``train.cuda_graphs``, as training does, the shapes learned from ``batches``, then a pass over
-    them that captures the shapes (``steps``: their ``GraphedSteps``, else None; ``capturing``: that
-    pass's seconds and captures, else None)."""
+    ``train.cuda_graphs``, as training does, the shapes learned from ``batches``, then (after one
+    eager step) a pass over them that captures the shapes (``steps``: their ``GraphedSteps``, else
+    None; ``capturing``: that pass's seconds and captures, else None)."""
     steps = GraphedSteps(solver, cfg.train.capture_bigrus) if cfg.train.cuda_graphs else None
     plan, forward = (steps.plan, steps.forward) if steps is not None else (solver.plan, solver)
     if steps is not None:
         steps.learn(batches)
+        # One eager step first: the one-time set-up (libraries' handles, Adam's state) stays out
+        # of the capturing pass's time.
+        train_step(solver, opt, solver.plan(batches[0]).to(device))
+        _sync(device)
     start = time.perf_counter()
     for batch in (batches if steps is not None else _warm_up(cfg, batches)):
         train_step(forward, opt, plan(batch).to(device))
