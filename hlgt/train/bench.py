@@ -99,6 +99,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     solver, opt, batches = _training(cfg, vocab, encoded, device)
     collate_ms = _collate_ms(cfg, vocab, encoded)
     plan, forward, steps, capturing = _as_trained(cfg, solver, opt, batches, device)
+    timed_steps = max(len(batches) - 1, 1)
     timed, start, syncs, losses = sum(map(len, batches[1:])), time.perf_counter(), [], []
     for batch in planned(batches[1:], plan, device):  # as training plans them
         with _syncs_counted(device, syncs):
@@ -109,7 +110,7 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
     start = time.perf_counter()
     for batch in batches[1:]:
         plan(batch)
-    plan_ms = 1000 * (time.perf_counter() - start) / max(len(batches) - 1, 1)
+    plan_ms = 1000 * (time.perf_counter() - start) / timed_steps
 
     def decode(bf16_inference: bool) -> tuple[float, list[list[str]]]:
         predict(solver, decode_rows[: cfg.train.batch_size], vocab, variant=cfg.data.graph,
@@ -122,14 +123,13 @@ def measure(cfg: Config, rows: list[dict], decode_rows: list[dict], vocab, devic
         _sync(device)
         return len(decode_rows) / max(time.perf_counter() - start, 1e-9), out
 
-    steps = max(len(batches) - 1, 1)
     result = {"train_problems_per_s": timed / max(train_s, 1e-9), "train_problems": timed,
-              "train_syncs_per_step": len(syncs) / steps if device.type == "cuda" else None,
-              "train_syncs_by_place": {k: v / steps for k, v in Counter(syncs).most_common()},
+              "train_syncs_per_step": len(syncs) / timed_steps if device.type == "cuda" else None,
+              "train_syncs_by_place": {k: v / timed_steps for k, v in Counter(syncs).most_common()},
               "decode_problems": len(decode_rows), "parameters": sum(p.numel() for p in solver.parameters()),
               "note": note, "train_loss": float(torch.stack(losses).sum()) / timed if losses else float("nan"),
               "collate_ms_per_batch": collate_ms, "plan_ms_per_batch": plan_ms,
-              **_capture_cost(capturing, train_s * len(batches) / steps)}
+              **_capture_cost(capturing, train_s * len(batches) / timed_steps)}
     result["decode_problems_per_s"], fp32 = decode(False)
     if bf16:
         result["decode_bf16_problems_per_s"], low = decode(True)
