@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hlgt.commands.compare import main
+from hlgt.train.checkpoint import STATE_FILE
 from hlgt.train.compare import (
     Paired,
     chi2_sf,
@@ -114,8 +115,13 @@ def test_pairs_by_problem_id_and_pools(tmp_path):
         (3, 2, 2, 1, 1), (2, 2, 1, 1, 0), (5, 4, 3, 2, 1)]
     assert rows[0].label == "a0 / b0" and rows[-1].label == "pooled"
     final = write(tmp_path / "a2" / "checkpoint" / "predictions_test.jsonl", [("x", True, True)])
-    rows = compare([final.parent / "model", final.parent], [final.parent / "best", final])
+    rows = compare([final.parent, final.parent], [final.parent / "best", final])
     assert [r.label for r in rows] == ["a2 / a2", "a2 / a2", "pooled"]  # a final checkpoint names its run
+    (final.parent / STATE_FILE).touch()  # its last-epoch model is not what the predictions beside it scored
+    with pytest.raises(ValueError, match="last-epoch model.*hlgt.train.evaluate --model"):
+        compare([final.parent / "model"], [final])
+    evaluated = write(tmp_path / "model" / "predictions_test.jsonl", [("x", True, True)])
+    assert compare([evaluated.parent], [final])[0].n == 1  # an evaluate --out folder of that name is read
     equation = compare([a0], [b0], metric="equation")
     assert [(r.right_a, r.right_b, r.only_a, r.only_b) for r in equation] == [(1, 2, 1, 2)]
 

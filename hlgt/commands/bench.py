@@ -43,8 +43,10 @@ length (as ``train.capture_bigrus`` replays them for every batch of the shape) a
 batch's own longest sequence (the floor of finer buckets): whether capturing the BiGRUs pays.
 
 ``--set train.cuda_graphs=true`` (GPU) times the step as training runs it from its second epoch:
-the batches' shapes learned from their plans, an untimed pass captures them
-(``hlgt.train.cuda_graphs``); with ``--set train.capture_bigrus=true`` too, from the embedding on.
+the batches' shapes learned from their plans, one eager step (the one-time set-up), then a pass
+that captures them (``hlgt.train.cuda_graphs``), timed apart: its time beyond the timed pass's,
+over its captures, is printed as what a capture costs at most beyond its step; with ``--set
+train.capture_bigrus=true`` too, from the embedding on.
 With ``--time-steps``, the profile is of that replayed step, and it says how many of the profiled
 batches replayed.
 

@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the whole path on the sample data in a few minutes on a CPU")
     p.add_argument("--so-far", action="store_true",
                    help="with the flags of a sweep that has started: its tables from the trials finished so far, "
-                        "into <storage>/<name>/so-far/ (no Ray; the sweep itself is only read)")
+                        "into <storage>/<name>/so-far/ (Ray not started; the sweep itself is only read)")
     p.add_argument("--verbose", action="store_true",
                    help="Ray's, Tune's and the workers' own output (default: one line per trial per epoch)")
     return p

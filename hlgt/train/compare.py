@@ -181,11 +181,16 @@ class Unfinished(FileNotFoundError):
 
 def predictions_file(path: str | Path, split: str) -> Path:
     """A predictions file itself, or the one a run (or its ``best`` model folder, or a checkpoint's
-    ``best`` or ``model``) wrote for ``split``."""
+    ``best``) wrote for ``split``. A checkpoint's ``model`` (its last epoch's) is refused: the
+    predictions beside it are the best model's."""
     path = Path(path)
     if path.is_file():
         return path
-    run = path.parent if path.name in ("best", "model") else path
+    if path.name == "model" and (path.parent / STATE_FILE).is_file():
+        raise ValueError(f"{path} is a checkpoint's last-epoch model, and the predictions beside it are its run's "
+                         f"best model's: evaluate it first (python -m hlgt.train.evaluate --model {path} "
+                         f"--split {split} --out DIR) and compare DIR")
+    run = path.parent if path.name == "best" else path
     if not run.exists():
         raise FileNotFoundError(f"{run} does not exist")
     found = run / f"predictions_{split}.jsonl"
