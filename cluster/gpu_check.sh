@@ -6,6 +6,7 @@
 #   python -m hlgt.data.build --dataset math23k --no-ray        # here: datasets/processed/math23k-offline
 #   bash cluster/gpu_check.sh                                   # there: logs under $OUT
 #
+# Every call first writes $OUT/machine.txt (nvidia-smi, torch and CUDA) and $OUT/pip_freeze.txt.
 # STEPS (default "probe curves speed profile replay recurrence bigrus graphs compiled"; `schedule` only when named), run
 # in the order given (the most wanted first: a call cut short keeps the logs of the steps before),
 # each one's log under $OUT:
