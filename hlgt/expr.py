@@ -375,13 +375,18 @@ def as_written(values: Sequence[float]) -> list[Number]:
 
 def format_answer(value: float | None) -> str:
     """A value as a person reads it: to ten significant digits, without a decimal point where those
-    show a whole number (1234567.5 stays itself, 2.9999999999 reads 3, 2e-10 is not 0); "none"
-    for no value."""
+    show a whole number (1234567.5 stays itself, 2.9999999999 reads 3, 2e-10 is not 0); a whole
+    number below 1e15 in full (98765432109: ten digits would make up its last one); "none" for no
+    value."""
     if value is None or not math.isfinite(value):
         return "none"
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
     shown = f"{value:.10g}"
     whole = float(shown)
-    return str(int(whole)) if whole.is_integer() else shown
+    # Ten digits of 1e10 or more printed as a whole number would look exact where they are not.
+    return str(int(whole)) if whole.is_integer() and abs(whole) < 1e10 else shown
 
 
 def numbers_written(prefix: Sequence[str], num_texts: Sequence[str]) -> list[str]:

@@ -345,6 +345,9 @@ def test_answers_as_a_person_reads_them():
     # Large and small answers keep their digits (six significant digits printed 1.23457e+06 and 0).
     assert [format_answer(v) for v in (1234567.5, 98765432.1, 2e-10, 500000000.5)] == [
         "1234567.5", "98765432.1", "2e-10", "500000000.5"]
+    # No digit is made up: a whole number in full, ten digits of a larger one as ten digits.
+    assert [format_answer(v) for v in (98765432109.0, 1234567890123.0, 12345678901.5, 9999999999.7, 1e20)] == [
+        "98765432109", "1234567890123", "1.23456789e+10", "1e+10", "1e+20"]
     # Computed on the numbers as written, an answer has no float noise to show.
     assert format_answer(eval_prefix(["-", "N0", "N1"], as_written([1000000.1, 1000000.0]))) == "0.1"
     assert format_answer(eval_prefix(["-", "-", "N0", "N1", "N2"], as_written([5.3, 2.1, 3.2]))) == "0"
