@@ -2,8 +2,9 @@
 # Ray Train and Tune on one GPU, as one call on a lent GPU machine without Ray or internet: Ray
 # installed from the carried wheelhouse (cluster/wheelhouse.py), a Ray Train run on the GPU killed
 # after its first checkpoint and resumed, a sweep of TRIALS (4) trials sharing the GPU
-# (--gpus-per-trial 1/TRIALS) and one of two trials one at a time with the default packing, GPU memory
-# per process sampled throughout. Carry the shards and the wheelhouse:
+# (--gpus-per-trial 1/TRIALS, rounded down to the 1e-4 units Ray counts in) and one of two trials
+# one at a time with the default packing, GPU memory per process sampled throughout. Carry the
+# shards and the wheelhouse:
 #
 #   python -m hlgt.data.build --dataset mawps --fold 0 --mawps-folds graph2tree --no-ray --out shards/mawps-f0
 #   python cluster/wheelhouse.py build --out wheelhouse --also pyyaml --have numpy,pandas,pyarrow,torch,python-dateutil,pytz,tzdata,grpcio
@@ -106,18 +107,20 @@ fi
 # 2. Sweeps: TRIALS trials sharing the GPU, then two (at most TRIALS) one at a time with the default packing.
 sweep() {  # name, log, flags...
   local name=$1 logfile=$2; shift 2
-  local start=$SECONDS
+  local start
+  start=$(date +%s.%N)
   $PY tune/sweep.py --dataset "$DATASET" --shards "$SHARDS" --ablation no_line_graph --no-reference --scheduler fifo \
     --set "train.epochs=$SWEEP_EPOCHS" "${sets[@]}" --storage "$RUNS/sweeps" --name "$name" --fresh "$@" \
     > "$OUT/$logfile" 2>&1 || status=1
   ray_stop
-  local took=$((SECONDS - start)) n
+  local n
   n=$(grep -c "finished$" "$OUT/$logfile")
-  log "sweep $name: $n trials finished in $took s ($(( n * 3600 / (took > 0 ? took : 1) )) trials/hour)"
+  log "sweep $name: $(awk -v n="$n" -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {
+    printf "%d trials finished in %.1f s (%.1f trials/hour)", n, b - a, (b > a ? n * 3600 / (b - a) : 0)}')"
 }
 if [[ " $STEPS " == *" sweeps "* ]]; then
   if [ "$GPU" = 1 ]; then
-    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$(python -c "print(1 / $TRIALS)")"
+    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$($PY -c "from hlgt.sweep.experiments import gpu_share; print(gpu_share($TRIALS))")"
   else
     sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial 0  # as many at once as the CPUs hold
   fi

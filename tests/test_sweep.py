@@ -338,7 +338,7 @@ def test_a_sweep_trains_on_prebuilt_shards(tmp_path):
 def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_path, monkeypatch, capsys):
     import ray
 
-    from hlgt.sweep.experiments import concurrency, trials_that_fit
+    from hlgt.sweep.experiments import concurrency, gpu_share, trials_that_fit
 
     spec = command.make_spec(command.build_parser().parse_args(["--smoke-test", "--storage", str(tmp_path)]))
     two_cpus, big = {"CPU": 2.0}, {"CPU": 16.0, "GPU": 1.0}
@@ -346,6 +346,12 @@ def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_p
     assert trials_that_fit(spec, two_cpus) == 1  # one CPU stays free for Ray Data's reads
     spec.gpus_per_worker = 0.25
     assert trials_that_fit(spec, big) == 4 and trials_that_fit(spec, {"CPU": 16.0}) == 0
+    for n in range(1, 65):  # 1 / n as a float, or as the share Ray holds n of (units of 1e-4), packs n
+        for share in (1.0 / n, gpu_share(n)):
+            spec.gpus_per_worker = share
+            assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 1.0}) == n
+            assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 2.0}) == 2 * n
+        assert n * round(gpu_share(n) * 1e4) <= 1e4 and gpu_share(n) > 1 / (n + 1)
     spec.gpus_per_worker = 0.0
     monkeypatch.setattr(ray, "cluster_resources", lambda: two_cpus)
     assert concurrency(spec) == 1 and capsys.readouterr().out == ""

@@ -12,6 +12,7 @@ the whole sweep: the experiments, then ``hlgt.sweep.results``.
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -181,6 +182,12 @@ def trials_per_gpu(total_bytes: int, trial_peak_bytes: int) -> int:
     return max(1, int(usable // (trial_peak_bytes + CUDA_CONTEXT_BYTES)))
 
 
+def gpu_share(n: int) -> float:
+    """The share of a GPU that packs ``n`` processes on it in Ray, which counts a resource in units
+    of 1e-4 rounded to the nearest: 1 / 7 would be 0.1429, seven of which overfill the GPU."""
+    return math.floor(1e4 / n) / 1e4
+
+
 def probe_gpu_memory(spec: SweepSpec) -> tuple[int, int]:
     """(the largest peak GPU memory the caching allocator reserved for a trial's training steps
     over the spec's arms (``probe_steps``); the GPU's total memory). Runs on a GPU worker."""
@@ -234,10 +241,10 @@ def resolve_gpus(spec: SweepSpec) -> None:
         return
     peak, total = ray.get(ray.remote(num_gpus=1)(probe_gpu_memory).remote(spec))
     n = trials_per_gpu(total, peak)  # training processes per GPU: a trial's workers count one each
-    spec.gpus_per_worker = 1.0 / n
+    spec.gpus_per_worker = gpu_share(n)
     spec.base = {**spec.base, "train.use_gpu": True}
     print(f"[sweep] one training process peaks at {peak / 2**30:.2f} GiB of a GPU's {total / 2**30:.1f} GiB: "
-          f"{n} per GPU ({spec.gpus_per_worker:.3g} GPU per worker)", flush=True)
+          f"{n} per GPU ({spec.gpus_per_worker:g} GPU per worker)", flush=True)
 
 
 def concurrency(spec: SweepSpec) -> int:
@@ -263,9 +270,10 @@ def concurrency(spec: SweepSpec) -> int:
 
 def trials_that_fit(spec: SweepSpec, res: dict) -> int:
     """Trials that the cluster resources ``res`` hold at once, one CPU left free for Ray Data."""
+    # The slack keeps a share given as a rounded 1 / n from losing a trial (1.0 // 0.2 is 4.0).
     fit = int((res.get("CPU", 0.0) - 1.0 + 1e-9) // (spec.workers * spec.cpus_per_worker))
     if spec.gpus_per_worker > 0:
-        fit = min(fit, int(res.get("GPU", 0.0) // (spec.workers * spec.gpus_per_worker)))
+        fit = min(fit, int((res.get("GPU", 0.0) + 1e-9) // (spec.workers * spec.gpus_per_worker)))
     return max(fit, 0)
 
 
@@ -280,7 +288,7 @@ def epoch_lines(validated: bool):
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if M.EPOCH not in result or M.TRAIN_LOSS not in result:  # the final report repeats the last epoch
                 return
-            val = f" | val value {100 * result[M.VAL_VALUE_ACC]:.1f}%" if validated and M.validated(result) else ""
+            val = f" | val value {M.percent(result[M.VAL_VALUE_ACC])}%" if validated and M.validated(result) else ""
             print(f"[sweep] {trial} epoch {result[M.EPOCH]} | loss {result.get(M.TRAIN_LOSS, float('nan')):.4f}{val} | "
                   f"{result.get(M.TRAIN_PROBLEMS_PER_S, float('nan')):.1f} problems/s", flush=True)
 
