@@ -141,3 +141,15 @@ def test_on_uri_storage_outputs_go_to_the_run_folder_ray_named(monkeypatch, tmp_
     launch.fit(Config.from_flat(TINY), tmp_path, name="foo#1", storage=f"file://{tmp_path}/bucket")
     assert (tmp_path / "bucket" / "foo#1" / "best" / "weights.pt").read_bytes() == b"w"
     assert not (tmp_path / "bucket" / "foo").exists()
+
+
+@pytest.mark.parametrize("total, workers", [(3.0, 3), (6.0, 3), (4.0, 7), (2.0, 1)])
+def test_a_cpu_request_that_starves_ray_data_is_refused_with_a_limit_that_fits(monkeypatch, total, workers):
+    import ray
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": total})
+    assert launch.worker_cpus(workers) * workers <= total - 1.0 + 1e-9  # fitted when not asked
+    with pytest.raises(ValueError, match="use at most ([0-9.]+) CPU per worker") as refused:
+        launch.worker_cpus(workers, (total - 1.0) / workers + 0.01)
+    limit = float(refused.value.args[0].rsplit("use at most ", 1)[1].split()[0])
+    assert launch.worker_cpus(workers, limit) == limit  # the limit it names is accepted (rounded down)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,8 @@ def worker_cpus(workers: int, requested: float | None = None) -> float:
         return min(1.0, spare / workers)
     if workers * requested > spare + 1e-9:
         raise ValueError(f"{workers} worker(s) x {requested:g} CPU leave none of the cluster's {total:g} CPUs to Ray "
-                         f"Data's read tasks, and the run would hang: use at most {spare / workers:.3g} CPU per worker")
+                         f"Data's read tasks, and the run would hang: use at most "
+                         f"{math.floor(spare / workers * 1000) / 1000:g} CPU per worker")  # down: it must fit
     return requested
 
 
