@@ -533,7 +533,7 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
             after_first = table.num_rows - first[0][1]
             # A split of one batch has no steady rate to measure.
             steady = after_first / max(seconds - (first[0][0] - start), 1e-9) if after_first else None
-            runs[n] = {"seconds": round(seconds, 3), "problems_per_s": table.num_rows / seconds,
+            runs[n] = {"seconds": seconds, "problems_per_s": table.num_rows / seconds,
                        "steady_problems_per_s": steady}
             print(f"[bench] actors={n}: {table.num_rows} problems in {seconds:.2f} s = "
                   f"{runs[n]['problems_per_s']:.1f} problems/s overall, "
@@ -550,7 +550,7 @@ def bench(cfg: Config, split: str, actor_counts: list[int], address: str | None 
           + "; ".join(f"{v}: {stats[f'{v}/avg_edges']} edges, {stats[f'{v}/avg_line_edges']} line edges"
                       for v in GRAPH_VARIANTS), flush=True)
     base = actor_counts[0]
-    ratios = {f"{n}/{base}": {k: round(runs[n][k] / runs[base][k], 3) if runs[n][k] and runs[base][k] else None
+    ratios = {f"{n}/{base}": {k: runs[n][k] / runs[base][k] if runs[n][k] and runs[base][k] else None
                               for k in ("problems_per_s", "steady_problems_per_s")}
               for n in actor_counts[1:]}
     for name, r in ratios.items():
