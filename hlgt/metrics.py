@@ -1,5 +1,6 @@
 """Metric names, defined once: every reporter (console, Ray, Tune, W&B, results table) uses
-these spellings."""
+these spellings, and prints a share as ``percent`` does."""
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
 
 TRAIN_LOSS = "train/loss"
@@ -38,3 +39,13 @@ def validated(metrics: Mapping[str, Any]) -> bool:
     """Whether an epoch's metrics come from a validation that ran: every report carries the last
     validation forward (or 0 before any), and only an epoch that validated has a validation loss."""
     return VAL_TREE_LOSS in metrics
+
+
+def percent(fraction: float, digits: int = 1, sign: bool = False) -> str:
+    """``fraction`` as a percentage to ``digits`` decimals, without "%": rounded once, halves away
+    from zero, from the shortest decimal that reads back as the float, so that every command prints
+    the same digits for one share, whether it holds counts or a stored fraction (23 / 80 is 28.75%:
+    28.8, where ``100 * 23 / 80`` and ``100 * (23 / 80)`` print 28.8 and 28.7)."""
+    exact = Decimal(repr(float(fraction))) * 100
+    shown = exact.quantize(Decimal(10) ** -digits, rounding=ROUND_HALF_UP)
+    return f"{shown:+}" if sign else f"{shown}"

@@ -290,3 +290,18 @@ def test_curves_of_trained_runs(model_dir, tmp_path, capsys):
     assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| 3", "| 4"]
     validated = [r.split(" | ")[3] != "" for r in rows]
     assert validated == [True, False, True, True], rows
+
+
+def test_a_share_prints_the_same_digits_from_counts_or_from_its_fraction():
+    from decimal import ROUND_HALF_UP, Decimal
+
+    from hlgt.metrics import percent
+
+    assert percent(23 / 80) == percent(0.2875) == "28.8" and percent(7 / 2000) == "0.4"
+    assert [percent(x) for x in (0.0, 1 / 3, 2 / 3, 1.0)] == ["0.0", "33.3", "66.7", "100.0"]
+    assert [percent(x, sign=True) for x in (-5 / 80, 5 / 80, 0.0)] == ["-6.3", "+6.3", "+0.0"]
+    assert percent(0.125, digits=0) == "13"
+    for n in (80, 160, 400, 1000, 1921):  # every count of a test set whose shares can end in a half
+        for k in range(n + 1):
+            exact = (Decimal(100 * k) / n).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+            assert percent(k / n) == f"{exact}", (k, n)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from hlgt import metrics as M
 from hlgt.commands.cli import device, non_negative_int, positive_int, run_command
 from hlgt.config import Config
 from hlgt.data.annotate import FileCounts, file_chunks
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     report = tally.report()
     print(f"[evaluate] {args.model} on {what} ({report.n} problems, "
           f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
-          f"{100 * report.value_acc:.1f}%, equation accuracy {100 * report.equation_acc:.1f}%, "
+          f"{M.percent(report.value_acc)}%, equation accuracy {M.percent(report.equation_acc)}%, "
           f"{report.n / max(seconds, 1e-9):.1f} problems/s end to end (read, prepared, decoded and scored)")
     if args.data:
         print(file_summary(tally, counts))

@@ -336,7 +336,7 @@ def evaluate_on_test(spec: SweepSpec, t: TrialOutcome, tracker, directory: Path,
     write_text(out / "checkpoint.txt", t.checkpoint)
     write_text(out / RECORD_FILE, json.dumps({"sample": t.sample, "val_value_acc": t.val_value_acc,
                                               "epochs": t.epochs, "config": cfg.to_flat()}, indent=1))
-    print(f"[sweep] {t.arm} replicate {t.replicate} tested: value accuracy {report.value_acc:.1%}", flush=True)
+    print(f"[sweep] {t.arm} replicate {t.replicate} tested: value accuracy {M.percent(report.value_acc)}%", flush=True)
     tracker.log_predictions(f"predictions/{t.arm}/replicate{t.replicate}", scored)
     return report, scored
 
@@ -388,7 +388,7 @@ def _fold_seed(replicate: dict) -> dict:
 def _pct(mean: float, std: float) -> str:
     if math.isnan(mean):
         return "-"
-    return f"{100 * mean:.1f}" if math.isnan(std) else f"{100 * mean:.1f} ± {100 * std:.1f}"
+    return M.percent(mean) if math.isnan(std) else f"{M.percent(mean)} ± {M.percent(std)}"
 
 
 def results_markdown(rows: list[dict], replicate_kind: str) -> str:

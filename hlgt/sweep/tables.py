@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from hlgt import metrics as M
 from hlgt.train.compare import PERMUTATIONS, Paired, cochran_q, cochran_q_by_problem, pair
 from hlgt.train.evaluate import NUMBER_BUCKETS, Scored, number_bucket
 
@@ -88,7 +89,7 @@ def verdicts(scored: Sequence[Scored]) -> dict[str, bool]:
 
 
 def _pct(x: float) -> str:
-    return "-" if x != x else f"{100 * x:.1f}"
+    return "-" if x != x else M.percent(x)
 
 
 def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest], dataset: str) -> str:
@@ -108,7 +109,7 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
             continue
         p = versus(t, ref) if ref is not None and arm != REFERENCE else None
         repeats = repeats or (p is not None and p.repeats)
-        ours_diff = f"{100 * (p.right_a - p.right_b) / p.n:+.1f}" if p else ""
+        ours_diff = M.percent((p.right_a - p.right_b) / p.n, sign=True) if p else ""
         paper_diff = (f"{paper[arm] - paper[REFERENCE]:+.1f}" if arm != REFERENCE and arm in paper
                       and REFERENCE in paper else "")
         counts = f"{p.only_a} / {p.only_b}" if p else ""
@@ -189,7 +190,7 @@ def seed_noise_markdown(tests: Mapping[str, ArmTest], replicates: Sequence[Mappi
     for row in rows:
         p = row.paired
         lines.append(f"| {row.arm} | {row.seeds[0]} / {row.seeds[1]} | {row.folds_text} | {_pct(p.right_a / p.n)} "
-                     f"| {_pct(p.right_b / p.n)} | {100 * (p.right_b - p.right_a) / p.n:+.1f} "
+                     f"| {_pct(p.right_b / p.n)} | {M.percent((p.right_b - p.right_a) / p.n, sign=True)} "
                      f"| {p.only_a} / {p.only_b} | {p.p:.2g} |")
     return "\n".join(lines) + "\n"
 
@@ -213,7 +214,7 @@ def table4_markdown(tests: Mapping[str, ArmTest], dataset: str) -> str:
         for arm in arms:
             group = [s for s in problems[arm] if number_bucket(s.n_numbers) == bucket]
             cells.append(_pct(sum(s.value_correct for s in group) / len(group)) if group else "-")
-        share = f"{100 * count / total:.1f}%" if total else "-"
+        share = f"{M.percent(count / total)}%" if total else "-"
         lines.append(f"| {bucket} | {count} | {share} | " + " | ".join(cells)
                      + (f" | {paper[bucket]} |" if paper else " |"))
     return "\n".join(lines) + "\n"

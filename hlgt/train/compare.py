@@ -278,7 +278,7 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         label = f"{r.label} (problems in several pairs: p by problem)" if r.repeats else r.label
-        lines.append(f"| {label} | {r.n} | {100 * r.right_a / r.n:.1f}% | {100 * r.right_b / r.n:.1f}% "
+        lines.append(f"| {label} | {r.n} | {M.percent(r.right_a / r.n)}% | {M.percent(r.right_b / r.n)}% "
                      f"| {r.only_a} / {r.only_b} | {r.p:.2g} |")
     return "\n".join(lines) + "\n"
 
@@ -373,7 +373,7 @@ def _cells(m: dict | None) -> tuple[str, str]:
     loss = f"{m[M.TRAIN_TREE_LOSS]:.3f}"
     if not M.validated(m):
         return loss, ""
-    return loss, f"{100 * m[M.VAL_VALUE_ACC]:.1f}% / {100 * m[M.VAL_EQUATION_ACC]:.1f}%"
+    return loss, f"{M.percent(m[M.VAL_VALUE_ACC])}% / {M.percent(m[M.VAL_EQUATION_ACC])}%"
 
 
 def curves(a_paths: Sequence[str | Path], b_paths: Sequence[str | Path]) -> str:

@@ -46,7 +46,7 @@ def run_arm(arm: str, cfg: Config, shards: str, limit: int, val_limit: int, run_
 
 def _validation(m: dict, key: str) -> str:
     """An epoch's validation figure (%), "–" where the epoch did not validate (``hlgt.metrics.validated``)."""
-    return f"{100 * m[key]:.1f}" if M.validated(m) else "–"
+    return M.percent(m[key]) if M.validated(m) else "–"
 
 
 def curve_table(histories: dict[str, list[dict]]) -> str:

@@ -54,6 +54,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 import torch
 
 from hlgt import explain
+from hlgt import metrics as M
 from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
 from hlgt.draw import bar_chart
@@ -242,7 +243,7 @@ def score_predictions(rows: Sequence[Mapping[str, Any]],
 
 
 def _percent(fraction: float | None) -> str:
-    return "–" if fraction is None else f"{100 * fraction:.1f}%"
+    return "–" if fraction is None else f"{M.percent(fraction)}%"
 
 
 def table4_markdown(report: Report, title: str = "") -> str:
@@ -250,9 +251,9 @@ def table4_markdown(report: Report, title: str = "") -> str:
     lines = [f"### {title}", ""] if title else []
     lines += ["| numbers | problems | proportion | value acc | equation acc |", "|---|---:|---:|---:|---:|"]
     for r in report.by_numbers:
-        lines.append(f"| {r.bucket} | {r.count} | {100 * r.proportion:.1f}% | {_percent(r.value_acc)} "
+        lines.append(f"| {r.bucket} | {r.count} | {M.percent(r.proportion)}% | {_percent(r.value_acc)} "
                      f"| {_percent(r.equation_acc)} |")
-    lines.append(f"| all | {report.n} | 100.0% | {100 * report.value_acc:.1f}% | {100 * report.equation_acc:.1f}% |")
+    lines.append(f"| all | {report.n} | 100.0% | {_percent(report.value_acc)} | {_percent(report.equation_acc)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -338,10 +339,10 @@ def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Seque
         html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
         gold, predicted = f"{s.gold} ({format_answer(s.answer)})", f"{s.predicted} ({format_answer(s.predicted_value)})"
         entries.append((pages.add(s.id, html), [s.id, s.text[:120], gold, predicted]))
-    bars = [(r.bucket, r.value_acc or 0.0, f"{100 * r.value_acc:.0f}% of {r.count}" if r.count else "none")
+    bars = [(r.bucket, r.value_acc or 0.0, f"{M.percent(r.value_acc, digits=0)}% of {r.count}" if r.count else "none")
             for r in report.by_numbers]
     chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems: "
-                            f"{100 * report.value_acc:.1f}%")
+                            f"{M.percent(report.value_acc)}%")
     return pages.index(explain.index_page(
         f"{len(entries)} wrongly solved problems", ["id", "text", "gold (answer)", "model (answer)"], entries,
         about=about, chart=chart, note=f"The first {len(entries)} problems solved wrongly, in file order."))
@@ -357,7 +358,7 @@ def file_summary(tally: Tally, counts: FileCounts) -> str:
     gold = ", ".join(f"{k} {v}" for k, v in sorted(counts.unanswerable.items())) or "none"
     lines = [f"[evaluate] {counts.read.records} records: {tally.n} scored, {lost} not scored ({reasons}); "
              f"without a gold equation the model can write: {gold}. Value accuracy over all "
-             f"{total} problems (not scored = wrong): {100 * tally.value_right / max(total, 1):.1f}%"]
+             f"{total} problems (not scored = wrong): {M.percent(tally.value_right / max(total, 1))}%"]
     return "\n".join(lines + [f"[evaluate] {note}" for note in counts.read.notes])
 
 

@@ -96,7 +96,7 @@ def _load_word_vectors(solver, vocab, path: str, log: Callable[[str], None]) -> 
 
 
 def _progress(epoch: int, epochs: int, m: Mapping[str, Any], evaluated: bool, seconds: float) -> str:
-    val = (f" | val value {100 * m[M.VAL_VALUE_ACC]:.1f}% eq {100 * m[M.VAL_EQUATION_ACC]:.1f}%"
+    val = (f" | val value {M.percent(m[M.VAL_VALUE_ACC])}% eq {M.percent(m[M.VAL_EQUATION_ACC])}%"
            + (f" tree loss {m[M.VAL_TREE_LOSS]:.4f}" if M.VAL_TREE_LOSS in m else "") if evaluated else "")
     parts = " ".join(f"{p} {m[M.grad_norm_metric(p)]:.3g}" for p in M.MODEL_PARTS if M.grad_norm_metric(p) in m)
     scales = " ".join(f"{a} {m[M.scale_metric(a)]:.3g}" for a in M.ACTIVATIONS if M.scale_metric(a) in m)
