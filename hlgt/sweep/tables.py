@@ -92,17 +92,17 @@ def _pct(x: float) -> str:
     return "-" if x != x else M.percent(x)
 
 
-def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest], dataset: str) -> str:
-    """One of the paper's tables: the rows whose arms the sweep ran, ours pooled, the paper's figure,
-    each row's difference to ``full`` (ours on the replicates both ran, and the paper's) and the
-    paired counts."""
+def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest], dataset: str, total: int) -> str:
+    """One of the paper's tables: the rows whose arms the sweep ran, ours pooled (marked where over
+    fewer than the ``total`` replicates), the paper's figure, each row's difference to ``full`` (ours
+    on the replicates both ran, and the paper's) and the paired counts."""
     paper = PAPER.get(dataset, {})
     ref = tests.get(REFERENCE)
     lines = [f"### {title}", "",
              "| paper's row | arm | ours (%) | right / problems | paper (%) | ours − full | paper − full "
              "| only this arm / only full | exact McNemar p |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    repeats = False
+    repeats = fewer = False
     for arm in arms:
         t = tests.get(arm)
         if t is None:
@@ -113,8 +113,14 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
         paper_diff = (f"{paper[arm] - paper[REFERENCE]:+.1f}" if arm != REFERENCE and arm in paper
                       and REFERENCE in paper else "")
         counts = f"{p.only_a} / {p.only_b}" if p else ""
-        lines.append(f"| {PAPER_ROWS.get(arm, arm)} | {arm} | {_pct(t.accuracy)} | {t.right} / {t.n} "
+        tested = len(t.by_replicate)
+        fewer = fewer or tested < total
+        ours = _pct(t.accuracy) + (f" ({tested} of {total})" if tested < total else "")
+        lines.append(f"| {PAPER_ROWS.get(arm, arm)} | {arm} | {ours} | {t.right} / {t.n} "
                      f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {f'{p.p:.2g}' if p else ''} |")
+    if fewer:
+        lines.append(f"\n(k of {total}): the arm was tested on k of the {total} replicates, its figure pooled over "
+                     "those alone; ours − full and the counts set it beside `full` on the replicates both tested.")
     if repeats:
         lines.append("\nReplicates share test problems (seeds on one split): the p takes each problem once, "
                      "the sign-flip test on its net count over the replicates (only this arm less only full).")
@@ -227,16 +233,17 @@ def tables_markdown(tests: Mapping[str, ArmTest], dataset: str, pooled_over: str
     sweep's folds and seeds, by replicate), then Table 4."""
     if not tests:
         return ""
+    total = len(replicates) or max(len(t.by_replicate) for t in tests.values())
     out = [f"## The paper's tables: test value accuracy pooled over {pooled_over}", "",
            "A row's difference to `full` (ours − full) and its paired counts are over the replicates both tested.", ""]
     printed = []  # each printed table's arms that the sweep tested
     for title, arms in TABLES:
         if any(a in tests for a in arms if a != REFERENCE):
-            out.append(table_markdown(title, arms, tests, dataset))
+            out.append(table_markdown(title, arms, tests, dataset, total))
             printed.append({a for a in arms if a in tests})
     others = [a for a in tests if not any(a in arms for arms in printed)]
     if others:
-        out.append(table_markdown("Other arms", others, tests, dataset))
+        out.append(table_markdown("Other arms", others, tests, dataset, total))
         printed.append(set(others))
     # A table holding every arm of the sweep has already printed the sweep's own test.
     whole = len(tests) > 3 and set(tests) not in printed
@@ -256,7 +263,8 @@ def table_rows(tests: Mapping[str, ArmTest], dataset: str) -> list[list]:
     rows = []
     for arm, t in tests.items():
         p = versus(t, ref) if ref is not None and arm != REFERENCE else None
-        rows.append([arm, PAPER_ROWS.get(arm, arm), t.accuracy, t.right, t.n, PAPER.get(dataset, {}).get(arm),
+        rows.append([arm, PAPER_ROWS.get(arm, arm), t.accuracy, t.right, t.n, len(t.by_replicate),
+                     PAPER.get(dataset, {}).get(arm),
                      p.only_a if p else None, p.only_b if p else None, p.p if p else None])
     return rows
 
@@ -272,5 +280,5 @@ def seed_rows(tests: Mapping[str, ArmTest], replicates: Sequence[Mapping]) -> li
 # (``Paired.p``); the seed rows pair folds, whose problems never repeat.
 SEED_COLUMNS = ["arm", "seed_a", "seed_b", "folds", "test_value_acc_a", "test_value_acc_b", "problems", "only_a",
                 "only_b", "mcnemar_p"]
-TABLE_COLUMNS = ["arm", "paper_row", "test_value_acc_pooled", "right", "problems", "paper", "only_arm", "only_full",
-                 "mcnemar_p"]
+TABLE_COLUMNS = ["arm", "paper_row", "test_value_acc_pooled", "right", "problems", "replicates", "paper",
+                 "only_arm", "only_full", "mcnemar_p"]
