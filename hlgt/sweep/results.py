@@ -1,7 +1,7 @@
 """The sweep's results: selection on validation, one test evaluation per arm, the tables and chart.
 
-Per arm, the configuration with the best mean validation value accuracy over its replicates is
-chosen; then the best checkpoint of each of its replicates is evaluated ONCE on test, here.
+Per arm, the configuration with the best mean validation value accuracy over its replicates (those
+every configuration has) is chosen; then the best checkpoint of each of its replicates is evaluated ONCE on test, here.
 Without validation (MAWPS's literature protocol) each arm has one configuration and each
 replicate's last epoch is tested. The results are written as ``results.md`` (the arms' table,
 then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.sweep.tables``),
@@ -280,8 +280,10 @@ def usable(t: TrialOutcome, validated: bool) -> bool:
 
 def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutcome]:
     """The replicates of the arm's configuration with the best mean validation value accuracy,
-    among the ``usable`` trials; none when no trial is. Without validation (one configuration),
-    every usable trial."""
+    among the ``usable`` trials; none when no trial is. Configurations are ranked on the replicates
+    every one of them has (one that lost a fold is not ranked on the folds it kept), or, sharing
+    none, the one with the most replicates first. Without validation (one configuration), every
+    usable trial."""
     usable_trials = [t for t in trials if usable(t, validated)]
     if not usable_trials:
         return []
@@ -292,7 +294,14 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
         if len(by_sample) > 1:
             raise ValueError(f"configurations {sorted(by_sample)} without validation: nothing chooses among them")
         return sorted(usable_trials, key=lambda t: t.replicate)
-    best_sample = max(by_sample, key=lambda s: (statistics.fmean(t.val_value_acc for t in by_sample[s]), -s))
+    common = set.intersection(*({t.replicate for t in ts} for ts in by_sample.values()))
+
+    def rank(s: int) -> tuple:
+        if common:
+            return statistics.fmean(t.val_value_acc for t in by_sample[s] if t.replicate in common), -s
+        return len(by_sample[s]), statistics.fmean(t.val_value_acc for t in by_sample[s]), -s
+
+    best_sample = max(by_sample, key=rank)
     return sorted(by_sample[best_sample], key=lambda t: t.replicate)
 
 
