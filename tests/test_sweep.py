@@ -575,6 +575,15 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
 
     # A trial that failed after saving a better model is not chosen: its run did not finish.
     assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
+    # Configurations compare on the replicates both have: 1 lost two folds, and on fold 0 it is behind.
+    folds = [(0, 0, 0.85), (0, 1, 0.7), (0, 2, 0.7), (1, 0, 0.8)]
+    assert [(t.sample, t.replicate) for t in results.choose([
+        results.TrialOutcome(arm="full", sample=s, replicate=r, val_value_acc=v, checkpoint="/c", error=None)
+        for s, r, v in folds])] == [(0, 0), (0, 1), (0, 2)]
+    # Sharing no replicate, the configuration with more of them first.
+    assert [t.sample for t in results.choose([
+        results.TrialOutcome(arm="full", sample=s, replicate=r, val_value_acc=v, checkpoint="/c", error=None)
+        for s, r, v in [(0, 0, 0.9), (1, 1, 0.6), (1, 2, 0.6)]])] == [1, 1]
     spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
     row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None,
@@ -660,7 +669,9 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
     # An arm with fold 0 alone (a sweep still running): its difference to full is on fold 0 (8 / 10).
     tests["no_aux_task"] = tables.ArmTest("no_aux_task", {0: scored(fold0, set(fold0[:7]), 7)})
     md = tables.tables_markdown(tests, "mawps", pooled_over="the folds finished so far (of 2)")
-    assert "| HLGT w/o auxiliary task | no_aux_task | 70.0 | 7 / 10 | 84.0 | -10.0 | -0.8 | 0 / 1 | 1 |" in md
+    # Its pooled figure is marked as over 1 of the 2 folds, the others' over both.
+    assert "| HLGT w/o auxiliary task | no_aux_task | 70.0 (1 of 2) | 7 / 10 | 84.0 | -10.0 | -0.8 | 0 / 1 | 1 |" in md
+    assert "(k of 2): the arm was tested on k of the 2 replicates" in md and "| full | 85.0 | 17 / 20 |" in md
     # Cochran's Q, on fold 0 (the replicate all tested): Table 3's three arms, then all four.
     assert ("Do these 3 arms differ at all? Cochran's Q on the 10 problems of the replicates all of them tested: "
             "Q = 0.5, df = 2, p = 0.78." in md)
