@@ -202,7 +202,11 @@ def test_cli_evaluates_a_file_the_model_was_not_trained_on(model_dir, tmp_path, 
     assert "Value accuracy over all" in out
     if layout == "generic":
         assert "no_equation" in out  # answer-only problems: scored by value
-    assert (tmp_path / "out" / "numbers_transfer.md").is_file()
+    # The table and the rate are over the problems scored, and say so.
+    assert f"({len(records) - 1} problems scored, " in out and "problems/s end to end" in out
+    saved = (tmp_path / "out" / "numbers_transfer.md").read_text()
+    assert f"| all | {len(records) - 1} |" in saved
+    assert f"Over the {len(records) - 1} problems scored; not in this table: 1 records not scored." in saved
 
 
 def test_evaluating_a_file_that_has_no_scorable_problem_is_one_line(model_dir, tmp_path, capsys):

@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
     counts = FileCounts()
-    started = time.perf_counter()  # the rate printed is from reading the problems to their scores
-    chunks, what, progress = _problems(args, cfg, solver, counts, name)
+    chunks, what, progress = _problems(args, cfg, solver, counts, name)  # a file's chunks read as they are used
+    started = time.perf_counter()  # after the split's shards are read (or built)
     beam_size = args.beam_size or solver.cfg.beam_size
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -90,15 +90,17 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{what}: no problem can be scored")
     seconds = time.perf_counter() - started
     report = tally.report()
-    print(f"[evaluate] {args.model} on {what} ({report.n} problems, "
+    timed = "end to end (read, prepared, decoded and scored)" if args.data else "(decoded and scored)"
+    print(f"[evaluate] {args.model} on {what} ({report.n} problems scored, "
           f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
           f"{M.percent(report.value_acc)}%, equation accuracy {M.percent(report.equation_acc)}%, "
-          f"{report.n / max(seconds, 1e-9):.1f} problems/s end to end (read, prepared, decoded and scored)")
+          f"{report.n / max(seconds, 1e-9):.1f} problems/s {timed}")
+    not_scored = sum(counts.not_scored.values())
     if args.data:
         print(file_summary(tally, counts))
-    print(table4_markdown(report, title=f"{name}: accuracy by number of numbers"))
+    print(table4_markdown(report, title=f"{name}: accuracy by number of numbers", not_scored=not_scored))
     if out is not None:
-        write_tables(out, name, report)
+        write_tables(out, name, report, not_scored=not_scored)
         print(f"[evaluate] wrote {out / f'predictions_{name}.jsonl'}")
     if pages is not None:
         with pages:

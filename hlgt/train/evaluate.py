@@ -22,7 +22,7 @@ A trained model on one split of its own dataset (shards built or reused from its
 prebuilt ``--shards`` folder), or on any problem file (``--data``: a benchmark file or the generic
 format of ``hlgt.data.problems``, read, cleaned and annotated as a validation split, with the
 model's vocabulary and constants), printing both accuracies, Table 4 and the problems scored per
-second, end to end (read, prepared, decoded and scored):
+second (a file's end to end: read, prepared, decoded and scored; a split's once its shards are read):
 
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
@@ -246,14 +246,17 @@ def _percent(fraction: float | None) -> str:
     return "–" if fraction is None else f"{M.percent(fraction)}%"
 
 
-def table4_markdown(report: Report, title: str = "") -> str:
-    """The Table-4 breakdown as a Markdown table."""
+def table4_markdown(report: Report, title: str = "", not_scored: int = 0) -> str:
+    """The Table-4 breakdown as a Markdown table, over the scored problems (``not_scored``: the
+    records of a file that were not, said under it)."""
     lines = [f"### {title}", ""] if title else []
     lines += ["| numbers | problems | proportion | value acc | equation acc |", "|---|---:|---:|---:|---:|"]
     for r in report.by_numbers:
         lines.append(f"| {r.bucket} | {r.count} | {M.percent(r.proportion)}% | {_percent(r.value_acc)} "
                      f"| {_percent(r.equation_acc)} |")
     lines.append(f"| all | {report.n} | 100.0% | {_percent(report.value_acc)} | {_percent(report.equation_acc)} |")
+    if not_scored:
+        lines.append(f"\nOver the {report.n} problems scored; not in this table: {not_scored} records not scored.")
     return "\n".join(lines) + "\n"
 
 
@@ -308,11 +311,12 @@ def write_report(directory: str | Path, split: str, report: Report, scored: Sequ
             **write_tables(directory, split, report)}
 
 
-def write_tables(directory: Path, split: str, report: Report) -> dict[str, Path]:
+def write_tables(directory: Path, split: str, report: Report, not_scored: int = 0) -> dict[str, Path]:
     """``numbers_<split>.md`` and ``.csv`` in ``directory``, each replaced whole."""
     directory.mkdir(parents=True, exist_ok=True)
     title = f"{split}: accuracy by number of numbers"
-    return {"table_md": write_text(directory / f"numbers_{split}.md", table4_markdown(report, title=title)),
+    md = table4_markdown(report, title=title, not_scored=not_scored)
+    return {"table_md": write_text(directory / f"numbers_{split}.md", md),
             "table_csv": write_text(directory / f"numbers_{split}.csv", table4_csv(report))}
 
 
@@ -341,7 +345,7 @@ def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Seque
         entries.append((pages.add(s.id, html), [s.id, s.text[:120], gold, predicted]))
     bars = [(r.bucket, r.value_acc or 0.0, f"{M.percent(r.value_acc, digits=0)}% of {r.count}" if r.count else "none")
             for r in report.by_numbers]
-    chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems: "
+    chart = bar_chart(bars, f"value accuracy by number of quantities (Table 4), all {report.n} problems scored: "
                             f"{M.percent(report.value_acc)}%")
     return pages.index(explain.index_page(
         f"{len(entries)} wrongly solved problems", ["id", "text", "gold (answer)", "model (answer)"], entries,
