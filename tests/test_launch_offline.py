@@ -48,6 +48,19 @@ def test_make_trainer_builds_the_run_without_starting_ray(shards, no_cluster, tm
     assert config["wandb_dir"] == str(tmp_path / "run")
 
 
+def test_the_training_problems_an_equal_split_leaves_out_are_said(shards, no_cluster, tmp_path, capsys):
+    from hlgt.data.shards import load_manifest
+
+    kept = load_manifest(shards)["splits"]["train"]["kept"]
+    workers = next(w for w in range(2, 10) if kept % w)
+    launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=workers)
+    assert (f"{workers} workers take equal shares of the {kept} training problems: {kept % workers} left over are "
+            "not trained on") in capsys.readouterr().out
+    divides = next(w for w in range(1, 10) if kept % w == 0)
+    launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=divides)
+    assert "left over" not in capsys.readouterr().out
+
+
 def test_without_a_validation_split_checkpoints_are_kept_by_recency(tmp_path, no_cluster):
     """No report of such a run holds a score to rank checkpoints by (Ray would log an error for the
     final one and rank it last): the latest are kept."""

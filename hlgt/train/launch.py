@@ -173,6 +173,12 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     splits = available_splits(shards_dir)
     if "train" not in splits:
         raise ValueError(f"no training rows in {shards_dir}")
+    # DataConfig splits the training rows into equal shares (every rank runs as many DDP steps),
+    # dropping the remainder; each worker keeps its share for every epoch (``_ray_runtime``).
+    kept = load_manifest(shards_dir)["splits"]["train"]["kept"]
+    if kept % workers:
+        print(f"[train] {workers} workers take equal shares of the {kept} training problems: {kept % workers} "
+              f"left over are not trained on (Ray Data's equal split)", flush=True)
     ray.data.DataContext.get_current().enable_progress_bars = False  # per-epoch bars drown the progress lines
     datasets = {s: ray.data.read_parquet(f"{shards_dir}/{s}") for s in splits}
     wandb_mode = tracking.prepare_environment(cfg.train.wandb)  # the workers take it from loop_config
