@@ -114,7 +114,7 @@ sweep() {  # name, log, flags...
     > "$OUT/$logfile" 2>&1 || status=1
   ray_stop
   local n
-  n=$(grep -c "finished$" "$OUT/$logfile")
+  n=$(grep -c "^\[sweep\] .* finished$" "$OUT/$logfile")  # epoch_lines: one per trial that ended
   log "sweep $name: $(awk -v n="$n" -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {
     printf "%d trials finished in %.1f s (%.1f trials/hour)", n, b - a, (b > a ? n * 3600 / (b - a) : 0)}')"
 }
