@@ -301,7 +301,7 @@ def test_a_share_prints_the_same_digits_from_counts_or_from_its_fraction():
     assert [percent(x) for x in (0.0, 1 / 3, 2 / 3, 1.0)] == ["0.0", "33.3", "66.7", "100.0"]
     assert [percent(x, sign=True) for x in (-5 / 80, 5 / 80, 0.0)] == ["-6.3", "+6.3", "+0.0"]
     assert percent(0.125, digits=0) == "13"
-    for n in (80, 160, 400, 1000, 1921):  # every count of a test set whose shares can end in a half
+    for n in (80, 160, 384, 400, 1000, 1921):  # every share of these counts, some of which end in a half
         for k in range(n + 1):
             exact = (Decimal(100 * k) / n).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
             assert percent(k / n) == f"{exact}", (k, n)
