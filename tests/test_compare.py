@@ -305,3 +305,10 @@ def test_a_share_prints_the_same_digits_from_counts_or_from_its_fraction():
         for k in range(n + 1):
             exact = (Decimal(100 * k) / n).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
             assert percent(k / n) == f"{exact}", (k, n)
+
+
+def test_a_p_value_that_underflows_is_not_printed_as_zero():
+    from hlgt.train.compare import mcnemar_exact, p_text
+
+    assert mcnemar_exact(0, 1100) == 0.0 and p_text(mcnemar_exact(0, 1100)) == "< 1e-300"
+    assert [p_text(p) for p in (1.0, 0.012, 0.00039, 9.9e-324)] == ["1", "0.012", "0.00039", "9.9e-324"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from hlgt import metrics as M
-from hlgt.train.compare import PERMUTATIONS, Paired, cochran_q, cochran_q_by_problem, pair
+from hlgt.train.compare import PERMUTATIONS, Paired, cochran_q, cochran_q_by_problem, p_text, pair
 from hlgt.train.evaluate import NUMBER_BUCKETS, Scored, number_bucket
 
 REFERENCE = "full"
@@ -117,7 +117,7 @@ def table_markdown(title: str, arms: Sequence[str], tests: Mapping[str, ArmTest]
         fewer = fewer or tested < total
         ours = _pct(t.accuracy) + (f" ({tested} of {total})" if tested < total else "")
         lines.append(f"| {PAPER_ROWS.get(arm, arm)} | {arm} | {ours} | {t.right} / {t.n} "
-                     f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {f'{p.p:.2g}' if p else ''} |")
+                     f"| {paper.get(arm, '-')} | {ours_diff} | {paper_diff} | {counts} | {p_text(p.p) if p else ''} |")
     if fewer:
         lines.append(f"\n(k of {total}): the arm was tested on k of the {total} replicates, its figure pooled over "
                      "those alone; ours − full and the counts set it beside `full` on the replicates both tested.")
@@ -141,13 +141,13 @@ def differ_line(arms: Sequence[str], tests: Mapping[str, ArmTest], which: str = 
         q, _, p = cochran_q_by_problem(models)
         # No draw at least Q: p's estimate is its floor, 1 / (draws + 1); say the bound instead (the
         # rule of three: p < 3 / draws at 95%).
-        p_text = f"no draw reached Q: p < {3 / PERMUTATIONS:.1g}" if p == 1 / (PERMUTATIONS + 1) else f"p = {p:.2g}"
+        bound = f"no draw reached Q: p < {3 / PERMUTATIONS:.1g}" if p == 1 / (PERMUTATIONS + 1) else f"p = {p:.2g}"
         how = (f" ({distinct} distinct: the p by permutation by problem, {PERMUTATIONS:,} draws, each shuffling "
                "the arms alike in all of a problem's replicates)")
-        figures = f"Q = {q:.1f}, {p_text}"
+        figures = f"Q = {q:.1f}, {bound}"
     else:
         q, df, p = cochran_q(models)
-        how, figures = "", f"Q = {q:.1f}, df = {df}, p = {p:.2g}"
+        how, figures = "", f"Q = {q:.1f}, df = {df}, p = {p_text(p)}"
     return (f"Do {which} {len(present)} arms differ at all? Cochran's Q on the {len(models[0])} problems of the "
             f"replicates all of them tested{how}: {figures}.")
 
@@ -197,7 +197,7 @@ def seed_noise_markdown(tests: Mapping[str, ArmTest], replicates: Sequence[Mappi
         p = row.paired
         lines.append(f"| {row.arm} | {row.seeds[0]} / {row.seeds[1]} | {row.folds_text} | {_pct(p.right_a / p.n)} "
                      f"| {_pct(p.right_b / p.n)} | {M.percent((p.right_b - p.right_a) / p.n, sign=True)} "
-                     f"| {p.only_a} / {p.only_b} | {p.p:.2g} |")
+                     f"| {p.only_a} / {p.only_b} | {p_text(p.p)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,11 @@ METRICS = {"value": "value_correct", "equation": "equation_correct"}
 PERMUTATIONS = 10_000  # draws of Cochran's Q's permutation p by problem: its standard error <= 0.005
 
 
+def p_text(p: float) -> str:
+    """A p value to two significant digits; one that underflowed a float (0) as "< 1e-300"."""
+    return f"{p:.2g}" if p > 0 else "< 1e-300"
+
+
 def mcnemar_exact(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p: the chance, under a fair coin for each discordant problem, of a
     split at least as uneven as ``only_a`` against ``only_b``."""
@@ -279,7 +284,7 @@ def markdown(rows: Sequence[Paired], metric: str) -> str:
     for r in rows:
         label = f"{r.label} (problems in several pairs: p by problem)" if r.repeats else r.label
         lines.append(f"| {label} | {r.n} | {M.percent(r.right_a / r.n)}% | {M.percent(r.right_b / r.n)}% "
-                     f"| {r.only_a} / {r.only_b} | {r.p:.2g} |")
+                     f"| {r.only_a} / {r.only_b} | {p_text(r.p)} |")
     return "\n".join(lines) + "\n"
 
 
