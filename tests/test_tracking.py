@@ -1,4 +1,8 @@
 """W&B tracking: mode resolution, the no-op tracker, and an offline run holding the metrics."""
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,3 +81,28 @@ def test_offline_run_holds_config_metrics_and_predictions_but_never_the_key(clea
     for path in Path(tmp_path).rglob("*"):
         if path.is_file():
             assert FAKE_KEY.encode() not in path.read_bytes(), f"the API key leaked into {path}"
+
+
+
+def test_the_last_epoch_logged_is_kept_when_the_run_is_killed(clean_env, tmp_path):
+    # A run stopped between two epochs (a session's end, a lost node) never calls finish(): the
+    # last epoch logged must reach the run's file all the same. The process is killed once W&B's
+    # service has written the first epoch (it writes every few seconds): the second must be there.
+    script = (f"import glob, os, signal, time\n"
+              f"from hlgt.train import tracking\n"
+              f"t = tracking.start({{}}, enabled=True, project='hlgt-test', name='killed', group=None, "
+              f"directory={str(tmp_path)!r})\n"
+              f"t.log({{{TRAIN_LOSS!r}: 0.987654321}}, step=1)\n"
+              f"t.log({{{TRAIN_LOSS!r}: 0.123456789}}, step=2)\n"
+              f"for _ in range(600):\n"
+              f"    if any(b'0.987654321' in open(p, 'rb').read() for p in glob.glob("
+              f"{str(tmp_path / 'wandb' / 'offline-run-*' / 'run-*.wandb')!r})):\n"
+              f"        break\n"
+              f"    time.sleep(0.1)\n"
+              f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # a service of its own, as a run has
+    env["WANDB_MODE"] = "offline"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    log = b"".join(p.read_bytes() for p in tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert b"0.987654321" in log and b"0.123456789" in log

@@ -106,7 +106,9 @@ class WandbTracker(Tracker):
         self._run = run
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        self._run.log(dict(metrics), step=step)
+        # Committed at once: with a step given, W&B would hold the row until the next step or
+        # finish(), and a run stopped in between (a session's end, a lost node) would lose it.
+        self._run.log(dict(metrics), step=step, commit=True)
 
     def summary(self, metrics: Mapping[str, Any]) -> None:
         for key, value in metrics.items():
