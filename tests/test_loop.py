@@ -300,15 +300,21 @@ def test_charts_get_validation_only_from_the_epochs_that_validated(shards, tmp_p
     tracker's charts (W&B) get it only where validation ran."""
     from hlgt.train import tracking
 
-    logged = []
+    logged, summary = [], {}
 
     class Recorder(tracking.Tracker):
         def log(self, metrics, step=None):
             logged.append((step, dict(metrics)))
 
+        def summary(self, metrics):
+            summary.update(metrics)
+
     monkeypatch.setattr(loop.tracking, "start", lambda *args, **kwargs: Recorder())
     result = loop.train(tiny(**{"train.epochs": 4, "train.eval_every": 3}), shards, run_dir=tmp_path / "run")
     assert [step for step, _ in logged] == [1, 2, 3, 4]
+    # The summary's validation loss is the best epoch's, beside that epoch's accuracies.
+    best = dict(logged)[summary[M.BEST_EPOCH]]
+    assert summary[M.VAL_TREE_LOSS] == best[M.VAL_TREE_LOSS] and summary[M.BEST_EPOCH] == result.metrics[M.BEST_EPOCH]
     assert [M.VAL_VALUE_ACC in m for _, m in logged] == [True, False, True, True]  # the first, every third, the last
     assert all(M.TRAIN_TREE_LOSS in m for _, m in logged)
     assert all(M.VAL_VALUE_ACC in m for m in result.history)  # the reports still carry it

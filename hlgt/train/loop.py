@@ -385,7 +385,10 @@ class Trainer:
             for split in ("valid", "test") if evaluate_test else ("valid",):
                 final.update(self._final_evaluation(split, best, tmp, tracker))
             (Path(tmp) / RESULTS_FILE).write_text(json.dumps(final, indent=1), encoding="utf-8")
-            tracker.summary(final)
+            # W&B's summary holds the last logged value of every key; the validation loss beside the
+            # best model's accuracies is the best epoch's.
+            best_row = next((m for m in self.state["history"] if m[M.EPOCH] == self.state["best_epoch"]), {})
+            tracker.summary({**final, **{k: best_row[k] for k in (M.VAL_TREE_LOSS,) if k in best_row}})
             report(final, Path(tmp))
         return final
 
