@@ -54,6 +54,8 @@ def _problem(text: str, equation: str, answer: str = "0", lang: str = "zh") -> P
         ("has 1,250 stamps", ["has", "1,250", "stamps"], [("1,250", "integer", 1250.0, 1)]),
         ("sells 3/4 of", ["sells", "3/4", "of"], [("3/4", "fraction", 0.75, 1)]),
         ("-7 times", ["-7", "times"], [("-7", "integer", -7.0, 0)]),
+        # between two numbers in one token a minus is an operator, not the second one's sign
+        ("差 是 3-5千克", ["差", "是", "3", "-", "5", "千克"], [("3", "integer", 3.0, 2), ("5", "integer", 5.0, 4)]),
         # a separate % token stays the number's unit word (MAWPS writes 5*0.01)
         ("a 5 % rise", ["a", "5", "%", "rise"], [("5", "integer", 5.0, 1)]),
         # not quantities: Chinese numerals, ordinals, digits inside a word, absurd digit runs
