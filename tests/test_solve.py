@@ -44,10 +44,19 @@ def test_english_is_split_as_mawps_writes_it():
         ["Mrs.", "Hilt", "does", "n't", "know", "Sue", "’s", "2", "cats", "."]
 
 
+def test_a_decimal_without_its_leading_zero_reads_as_the_files_write_it():
+    assert tokenize("It costs .5 dollars, or $.75.", "en") == ["It", "costs", "0.5", "dollars", ",", "or", "$",
+                                                              "0.75", "."]
+    assert tokenize("共有 .25千克", "zh") == ["共有", "0.25", "千克"]
+    # A period after a word ends its sentence, as in Math23K's texts.
+    assert tokenize("每小时行50千米.7小时到达", "zh")[5:8] == [".", "7", "小时"]
+
+
 def test_chinese_numerals_before_a_measure_word_are_the_quantities_of_a_text_without_numbers():
     assert tokenize("小明有三个苹果，吃了一半", "zh")[2:6] == ["有", "3", "个", "苹果"]
     assert "(1/2)" in tokenize("小明有三个苹果，吃了一半", "zh")
     assert tokenize("十二本书", "zh")[0] == "12" and tokenize("三百零五米", "zh")[0] == "305"
+    assert "3.5" in tokenize("小明买了三点五千克苹果", "zh") and tokenize("两点钟到", "zh")[0] != "2"
     assert tokenize("两千克苹果", "zh")[:2] == ["2", "千克"] and tokenize("两千个人", "zh")[0] == "2000"
     assert tokenize("每千克5元", "zh") == ["每千克", "5", "元"] and "1" not in tokenize("一根绳子长12米", "zh")
     assert not any(t.isdigit() for t in tokenize("一些人一起来，十分好看", "zh"))

@@ -4,7 +4,8 @@ The training files' own segmentations are the reference: a raw text should give 
 above all the quantities its segmentation gives (Math23K's and MAWPS's original texts against
 their segmented texts: tests/test_problems.py). Used for the texts ``solve`` reads and for problem
 files that give only an ``original_text`` (``hlgt.data.problems``); the benchmark files come
-segmented. Full-width digits (１２) and the minus sign (−, U+2212) read as their ASCII forms.
+segmented. Full-width digits (１２) and the minus sign (−, U+2212) read as their ASCII forms, and
+a decimal without its leading zero (.5) as the files write it (0.5).
 
 Chinese: jieba's segmentation between numbers, without its HMM (Math23K's files do not join
 characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``,
@@ -12,7 +13,7 @@ characters into words beyond jieba's dictionary: 张 明, not 张明), every num
 is a division (``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter
 stay in their word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are
 words (第二天, 两人, 一半: the files never write them in digits). A text without any number is the
-exception: its numerals before a measure word (三个, 十二本, 两千克) and 一半 become numbers, so
+exception: its numerals before a measure word (三个, 十二本, 两千克, 三点五千克) and 一半 become numbers, so
 that a problem written in characters can be solved.
 
 English: words, numbers and punctuation apart; as in MAWPS's files, clitics are words of their
@@ -55,14 +56,18 @@ _CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 _NOT_NUMBERS = {"一", "百", "千", "万"}
 _MEASURE_WORDS = ("个只本支枝元角米克斤吨天年周岁人名位辆块棵条件张次页头匹箱袋盒瓶杯碗"
                   "双层排行组套份倍道题朵根把间台架座")
-# Shortest run (so that 两千克 is 2 千克), never starting inside a longer run.
+# Shortest run (so that 两千克 is 2 千克), never starting inside a longer run, with its decimals
+# (三点五千克: 3.5 千克).
 _CN_CHARS = "".join(_CN_DIGITS) + "".join(_CN_UNITS)
-_CN_NUMERAL = re.compile(rf"(?<![{_CN_CHARS}\d.])[{_CN_CHARS}]+?"
+_CN_NUMERAL = re.compile(rf"(?<![{_CN_CHARS}\d.点])[{_CN_CHARS}]+?(?:点[{''.join(_CN_DIGITS)}]+)?"
                          rf"(?=[{_MEASURE_WORDS}]|千克|公斤|小时|分钟|厘米|千米|公里)")
 
 
-def chinese_number(numeral: str) -> int:
-    """"十二" → 12, "两千零五" → 2005, "三万" → 30000."""
+def chinese_number(numeral: str) -> int | str:
+    """"十二" → 12, "两千零五" → 2005, "三万" → 30000, "三点五" → "3.5" (decimals as written)."""
+    if "点" in numeral:
+        whole, decimals = numeral.split("点")
+        return f"{chinese_number(whole)}." + "".join(str(_CN_DIGITS[ch]) for ch in decimals)
     total, section, digit = 0, 0, 0
     for ch in numeral:
         if ch in _CN_DIGITS:
@@ -86,11 +91,14 @@ def chinese_numerals_to_digits(text: str) -> str:
 # Signs a typesetter or a Chinese keyboard writes for ASCII ones: the minus sign (U+2212) and the
 # full-width digits; the files write numbers in ASCII.
 _ASCII_FORMS = str.maketrans({"\u2212": "-", **{chr(0xFF10 + d): str(d) for d in range(10)}})
+# A decimal written without its leading zero (".5", "$.75"), as the files write it: "0.5". Not after
+# a word or a digit: "千米.7小时" ends a sentence with its period.
+_BARE_DECIMAL = re.compile(r"(?<![\w.])\.(?=\d)")
 
 
 def tokenize(text: str, lang: str) -> list[str]:
     """Raw text → tokens in the style of the training files, numbers whole."""
-    text = text.strip().translate(_ASCII_FORMS)
+    text = _BARE_DECIMAL.sub("0.", text.strip().translate(_ASCII_FORMS))
     if lang == "en":
         return _ENGLISH.findall(text)
     if lang != "zh":
