@@ -307,3 +307,22 @@ def test_a_file_is_prepared_a_chunk_at_a_time_with_the_same_rows(model_dir):
     assert [r for c in chunks for r in c] == rows
     assert (small.read.records, small.not_scored, small.unanswerable) == (whole.read.records, whole.not_scored,
                                                                            whole.unanswerable)
+
+
+def test_a_files_raw_texts_are_read_in_the_language_given_as_solve_reads_them(model_dir, tmp_path):
+    import json
+
+    from hlgt.data.annotate import file_chunks
+
+    path = tmp_path / "mixed.jsonl"
+    records = [{"id": "a", "original_text": "Tom has 5 pens. He buys 3.", "ans": "8"},
+               {"id": "b", "original_text": "840/6/70+630=?", "ans": "632"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    solver, _ = load_model(model_dir)
+
+    def tokens(lang):
+        rows = [r for chunk in file_chunks(path, solver.vocab.constants, "offline", lang=lang) for r in chunk]
+        return {r["id"]: list(r["tokens"]) for r in rows}["b"]
+
+    assert tokens(None)[:3] == ["840", "/", "6/70"]  # the file's language, English: a bare a/b is a fraction
+    assert tokens("zh")[:5] == ["840", "/", "6", "/", "70"]  # a Math23K model's: a division

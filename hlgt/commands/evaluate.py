@@ -24,6 +24,7 @@ from hlgt.data.shards import load_rows, use_shards
 from hlgt.inference import load_model
 from hlgt.pages import PageFolder
 from hlgt.progress import Progress
+from hlgt.solve import model_lang
 from hlgt.storage import replacing
 from hlgt.train.evaluate import (
     check_out_folder,
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     solver, flat = load_model(args.model, device=args.device)
     cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("data.")})
     counts = FileCounts()
-    chunks, what, progress = _problems(args, cfg, solver, counts, name)  # a file's chunks read as they are used
+    # A file's chunks are read as they are used, within the time measured.
+    chunks, what, progress = _problems(args, cfg, solver, counts, name, model_lang(flat))
     started = time.perf_counter()  # after the split's shards are read (or built)
     beam_size = args.beam_size or solver.cfg.beam_size
     if out is not None:
@@ -110,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _problems(args: argparse.Namespace, cfg: Config, solver, counts: FileCounts, name: str):
-    """The rows to evaluate (chunks of a --data file as they are prepared, or a split of the
-    shards), what they are, and their progress line."""
+def _problems(args: argparse.Namespace, cfg: Config, solver, counts: FileCounts, name: str, lang: str | None):
+    """The rows to evaluate (chunks of a --data file as they are prepared, its raw texts read in
+    ``lang`` as ``solve`` reads them, or a split of the shards), what they are, and their progress line."""
     if args.data:
-        chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts)
+        chunks = file_chunks(args.data, solver.vocab.constants, cfg.data.annotator, cfg.data.annotator_model, counts,
+                             lang=lang)
         return chunks, args.data, Progress(None, "evaluate")
     if args.data_dir:
         cfg = cfg.override({"data.data_dir": args.data_dir})

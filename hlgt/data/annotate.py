@@ -237,14 +237,16 @@ class FileCounts:
 
 
 def file_chunks(path: str | Path, constants: list[str], annotator: str, model: str = "",
-                counts: FileCounts | None = None, size: int = FILE_CHUNK) -> Iterator[list[dict]]:
+                counts: FileCounts | None = None, size: int = FILE_CHUNK,
+                lang: str | None = None) -> Iterator[list[dict]]:
     """A problem file read, cleaned and annotated as a validation split is, as shard rows of the
     problems that can be scored, ``size`` problems at a time (a file of any size in bounded
     memory): the model's ``constants`` (a gold equation needing another is unanswerable, flagged
-    ``rare_constant``), the annotator the model was trained with, loaded once, in this process.
+    ``rare_constant``), the annotator the model was trained with, loaded once, in this process;
+    raw texts read in ``lang`` (the model's, as ``solve`` reads them; None: the file's majority).
     Every record is counted into ``counts``."""
     counts = counts if counts is not None else FileCounts()
-    problems = iter_problems(path, counts.read)
+    problems = iter_problems(path, counts.read, lang)
     step = AnnotateGraph(annotator, model)
     while chunk := list(itertools.islice(problems, size)):
         cleaned = clean_split(chunk, train=False, constants=constants,
