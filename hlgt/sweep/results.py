@@ -280,10 +280,10 @@ def usable(t: TrialOutcome, validated: bool) -> bool:
 
 def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutcome]:
     """The replicates of the arm's configuration with the best mean validation value accuracy,
-    among the ``usable`` trials; none when no trial is. Configurations are ranked on the replicates
-    every one of them has (one that lost a fold is not ranked on the folds it kept), or, sharing
-    none, the one with the most replicates first. Without validation (one configuration), every
-    usable trial."""
+    among the ``usable`` trials; none when no trial is. Only the configurations with the most usable
+    replicates compete, on the replicates all of them have (one that lost a fold is neither ranked
+    on the folds it kept nor tested on fewer). Without validation (one configuration), every usable
+    trial."""
     usable_trials = [t for t in trials if usable(t, validated)]
     if not usable_trials:
         return []
@@ -294,14 +294,14 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
         if len(by_sample) > 1:
             raise ValueError(f"configurations {sorted(by_sample)} without validation: nothing chooses among them")
         return sorted(usable_trials, key=lambda t: t.replicate)
-    common = set.intersection(*({t.replicate for t in ts} for ts in by_sample.values()))
+    most = max(len(ts) for ts in by_sample.values())
+    complete = {s: ts for s, ts in by_sample.items() if len(ts) == most}
+    common = set.intersection(*({t.replicate for t in ts} for ts in complete.values()))
 
-    def rank(s: int) -> tuple:
-        if common:
-            return statistics.fmean(t.val_value_acc for t in by_sample[s] if t.replicate in common), -s
-        return len(by_sample[s]), statistics.fmean(t.val_value_acc for t in by_sample[s]), -s
+    def mean(s: int) -> float:
+        return statistics.fmean(t.val_value_acc for t in complete[s] if not common or t.replicate in common)
 
-    best_sample = max(by_sample, key=rank)
+    best_sample = max(complete, key=lambda s: (mean(s), -s))
     return sorted(by_sample[best_sample], key=lambda t: t.replicate)
 
 
