@@ -184,8 +184,16 @@ def trials_per_gpu(total_bytes: int, trial_peak_bytes: int) -> int:
 
 def gpu_share(n: int) -> float:
     """The share of a GPU that packs ``n`` processes on it in Ray, which counts a resource in units
-    of 1e-4 rounded to the nearest: 1 / 7 would be 0.1429, seven of which overfill the GPU."""
+    of 1e-4 rounded to the nearest (``ray_units``): 1 / 7 would be 0.1429, seven of which overfill
+    the GPU."""
+    if not 1 <= n <= 10_000:
+        raise ValueError(f"a GPU shared by {n} processes: Ray holds 1 to 10,000 on one")
     return math.floor(1e4 / n) / 1e4
+
+
+def ray_units(amount: float) -> int:
+    """A resource amount as Ray counts it: units of 1e-4, rounded to the nearest."""
+    return int(amount * 1e4 + 0.5)
 
 
 def probe_gpu_memory(spec: SweepSpec) -> tuple[int, int]:
@@ -270,10 +278,9 @@ def concurrency(spec: SweepSpec) -> int:
 
 def trials_that_fit(spec: SweepSpec, res: dict) -> int:
     """Trials that the cluster resources ``res`` hold at once, one CPU left free for Ray Data."""
-    # The slack keeps a share given as a rounded 1 / n from losing a trial (1.0 // 0.2 is 4.0).
     fit = int((res.get("CPU", 0.0) - 1.0 + 1e-9) // (spec.workers * spec.cpus_per_worker))
-    if spec.gpus_per_worker > 0:
-        fit = min(fit, int((res.get("GPU", 0.0) + 1e-9) // (spec.workers * spec.gpus_per_worker)))
+    if spec.gpus_per_worker > 0:  # in Ray's units, as it places them (1.0 // 0.2 is 4.0 in floats)
+        fit = min(fit, ray_units(res.get("GPU", 0.0)) // (spec.workers * ray_units(spec.gpus_per_worker)))
     return max(fit, 0)
 
 
