@@ -338,7 +338,7 @@ def test_a_sweep_trains_on_prebuilt_shards(tmp_path):
 def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_path, monkeypatch, capsys):
     import ray
 
-    from hlgt.sweep.experiments import concurrency, gpu_share, trials_that_fit
+    from hlgt.sweep.experiments import concurrency, gpu_share, ray_units, trials_that_fit
 
     spec = command.make_spec(command.build_parser().parse_args(["--smoke-test", "--storage", str(tmp_path)]))
     two_cpus, big = {"CPU": 2.0}, {"CPU": 16.0, "GPU": 1.0}
@@ -346,12 +346,19 @@ def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_p
     assert trials_that_fit(spec, two_cpus) == 1  # one CPU stays free for Ray Data's reads
     spec.gpus_per_worker = 0.25
     assert trials_that_fit(spec, big) == 4 and trials_that_fit(spec, {"CPU": 16.0}) == 0
-    for n in range(1, 65):  # 1 / n as a float, or as the share Ray holds n of (units of 1e-4), packs n
-        for share in (1.0 / n, gpu_share(n)):
-            spec.gpus_per_worker = share
-            assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 1.0}) == n
-            assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 2.0}) == 2 * n
-        assert n * round(gpu_share(n) * 1e4) <= 1e4 and gpu_share(n) > 1 / (n + 1)
+    for n in range(1, 65):  # the share Ray holds n of (units of 1e-4) packs n; 1 / n as Ray rounds it
+        spec.gpus_per_worker = gpu_share(n)
+        assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 1.0}) == n
+        assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 2.0}) == 2 * n
+        assert gpu_share(n) > 1 / (n + 1)
+        spec.gpus_per_worker = 1.0 / n
+        assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 1.0}) == (n if n * ray_units(1.0 / n) <= 10_000 else n - 1)
+    spec.gpus_per_worker = 1.0 / 5  # 1.0 // 0.2 is 4.0 in floats
+    assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 1.0}) == 5
+    spec.gpus_per_worker = 1.0 / 7  # 0.1429 in Ray: seven would take 1.0003 GPUs
+    assert trials_that_fit(spec, {"CPU": 200.0, "GPU": 1.0}) == 6
+    with pytest.raises(ValueError, match="a GPU shared by 0 processes"):
+        gpu_share(0)
     spec.gpus_per_worker = 0.0
     monkeypatch.setattr(ray, "cluster_resources", lambda: two_cpus)
     assert concurrency(spec) == 1 and capsys.readouterr().out == ""
@@ -575,15 +582,16 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
 
     # A trial that failed after saving a better model is not chosen: its run did not finish.
     assert [t.sample for t in results.choose([trial(0, 0.5), trial(1, 0.9, "worker died")])] == [0]
-    # Configurations compare on the replicates both have: 1 lost two folds, and on fold 0 it is behind.
-    folds = [(0, 0, 0.85), (0, 1, 0.7), (0, 2, 0.7), (1, 0, 0.8)]
-    assert [(t.sample, t.replicate) for t in results.choose([
-        results.TrialOutcome(arm="full", sample=s, replicate=r, val_value_acc=v, checkpoint="/c", error=None)
-        for s, r, v in folds])] == [(0, 0), (0, 1), (0, 2)]
-    # Sharing no replicate, the configuration with more of them first.
-    assert [t.sample for t in results.choose([
-        results.TrialOutcome(arm="full", sample=s, replicate=r, val_value_acc=v, checkpoint="/c", error=None)
-        for s, r, v in [(0, 0, 0.9), (1, 1, 0.6), (1, 2, 0.6)]])] == [1, 1]
+    def outcomes(folds):
+        return [results.TrialOutcome(arm="full", sample=s, replicate=r, val_value_acc=v, checkpoint="/c", error=None)
+                for s, r, v in folds]
+
+    # A configuration that lost folds does not compete on the ones it kept, even where it is ahead there.
+    chosen = results.choose(outcomes([(0, 0, 0.80), (0, 1, 0.95), (0, 2, 0.95), (1, 0, 0.81)]))
+    assert [(t.sample, t.replicate) for t in chosen] == [(0, 0), (0, 1), (0, 2)]
+    # Configurations with as many replicates compare on those they share: 2 is ahead on folds 0 and 1.
+    chosen = results.choose(outcomes([(0, 0, 0.7), (0, 1, 0.7), (0, 2, 0.99), (2, 0, 0.8), (2, 1, 0.8), (2, 3, 0.1)]))
+    assert [t.sample for t in chosen] == [2, 2, 2]
     spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
     row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None,
@@ -655,6 +663,9 @@ def test_the_paper_tables_pool_the_folds_and_pair_each_arm_with_full():
             in md)
     assert "| HLGT (SRL + NC + line graph) | full | 85.0 | 17 / 20 | 84.8 |  |  |  |  |" in md
     assert "| Parse graph + NC | parse_graph | 85.0 | 17 / 20 | 82.9 | +0.0 | -1.9 | 0 / 0 | 1 |" in md
+    rows = tables.table_rows(tests, "mawps")  # W&B's table: a cell per column, the replicates tested among them
+    assert all(len(r) == len(tables.TABLE_COLUMNS) for r in rows)
+    assert [dict(zip(tables.TABLE_COLUMNS, r))["replicates"] for r in rows] == [2, 2, 2]
     assert "### Table 2: graph construction" in md and "### Table 3: components" in md
     assert "Baseline" not in md  # no gts in this sweep
     assert "differ at all" not in md  # no table with three arms, and three arms in all
