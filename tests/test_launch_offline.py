@@ -59,6 +59,8 @@ def test_the_training_problems_an_equal_split_leaves_out_are_said(shards, no_clu
     divides = next(w for w in range(1, 10) if kept % w == 0)
     launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=divides)
     assert "left over" not in capsys.readouterr().out
+    with pytest.raises(ValueError, match=f"{kept + 1} workers for {kept} training problems"):
+        launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=kept + 1)
 
 
 def test_without_a_validation_split_checkpoints_are_kept_by_recency(tmp_path, no_cluster):

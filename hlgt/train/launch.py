@@ -176,6 +176,8 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
     # DataConfig splits the training rows into equal shares (every rank runs as many DDP steps),
     # dropping the remainder; each worker keeps its share for every epoch (``_ray_runtime``).
     kept = load_manifest(shards_dir)["splits"]["train"]["kept"]
+    if kept < workers:
+        raise ValueError(f"{workers} workers for {kept} training problems: each needs one at least")
     if kept % workers:
         print(f"[train] {workers} workers take equal shares of the {kept} training problems: {kept % workers} "
               f"left over are not trained on (Ray Data's equal split)", flush=True)
