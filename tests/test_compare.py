@@ -311,4 +311,5 @@ def test_a_p_value_that_underflows_is_not_printed_as_zero():
     from hlgt.train.compare import mcnemar_exact, p_text
 
     assert mcnemar_exact(0, 1100) == 0.0 and p_text(mcnemar_exact(0, 1100)) == "< 1e-300"
-    assert [p_text(p) for p in (1.0, 0.012, 0.00039, 9.9e-324)] == ["1", "0.012", "0.00039", "9.9e-324"]
+    assert [p_text(p) for p in (1.0, 0.012, 0.00039, 3.4e-322, float("nan"))] == [
+        "1", "0.012", "0.00039", "< 1e-300", "n/a"]

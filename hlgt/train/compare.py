@@ -45,8 +45,11 @@ PERMUTATIONS = 10_000  # draws of Cochran's Q's permutation p by problem: its st
 
 
 def p_text(p: float) -> str:
-    """A p value to two significant digits; one that underflowed a float (0) as "< 1e-300"."""
-    return f"{p:.2g}" if p > 0 else "< 1e-300"
+    """A p value to two significant digits; one below 1e-300, where a float loses its digits (and
+    0, where it underflowed), as "< 1e-300"."""
+    if p != p:
+        return "n/a"
+    return f"{p:.2g}" if p >= 1e-300 else "< 1e-300"
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
