@@ -1,5 +1,6 @@
 """Metric names, defined once: every reporter (console, Ray, Tune, W&B, results table) uses
 these spellings, and prints a share as ``percent`` does."""
+import math
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Mapping
 
@@ -46,6 +47,8 @@ def percent(fraction: float, digits: int = 1, sign: bool = False) -> str:
     from zero, from the shortest decimal that reads back as the float, so that every command prints
     the same digits for one share, whether it holds counts or a stored fraction (23 / 80 is 28.75%:
     28.8, where ``100 * 23 / 80`` and ``100 * (23 / 80)`` print 28.8 and 28.7)."""
+    if not math.isfinite(fraction):
+        return str(float(fraction))
     exact = Decimal(repr(float(fraction))) * 100
     shown = exact.quantize(Decimal(10) ** -digits, rounding=ROUND_HALF_UP)
     return f"{shown:+}" if sign else f"{shown}"
