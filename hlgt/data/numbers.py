@@ -159,7 +159,8 @@ def _split_token(token: str) -> list[str]:
         if m and not (m.group().startswith("-") and pieces):  # a sign only at the token's start
             pieces.append(m.group())
             rest = rest[m.end():]
-        elif rest[0] == "-" and pieces and m:  # between numbers a minus is an operator ("3-5")
+        elif rest[0] == "-" and m and pieces and _NUMBER_AT_START.fullmatch(pieces[-1]):
+            # between two numbers a minus is an operator ("3-5")
             pieces.append("-")
             rest = rest[1:]
         elif rest[0] in _SPLIT_PUNCT and pieces:
