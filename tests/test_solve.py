@@ -50,6 +50,7 @@ def test_a_decimal_without_its_leading_zero_reads_as_the_files_write_it():
     assert tokenize("共有 .25千克", "zh") == ["共有", "0.25", "千克"]
     # A period after a word ends its sentence, as in Math23K's texts.
     assert tokenize("每小时行50千米.7小时到达", "zh")[5:8] == [".", "7", "小时"]
+    assert tokenize("共有.25千克", "zh")[1:3] == [".", "25"]
 
 
 def test_chinese_numerals_before_a_measure_word_are_the_quantities_of_a_text_without_numbers():

@@ -92,7 +92,7 @@ def chinese_numerals_to_digits(text: str) -> str:
 # full-width digits; the files write numbers in ASCII.
 _ASCII_FORMS = str.maketrans({"\u2212": "-", **{chr(0xFF10 + d): str(d) for d in range(10)}})
 # A decimal written without its leading zero (".5", "$.75"), as the files write it: "0.5". Not after
-# a word or a digit: "千米.7小时" ends a sentence with its period.
+# a letter, a Chinese character or a digit: "千米.7小时" ends a sentence with its period.
 _BARE_DECIMAL = re.compile(r"(?<![\w.])\.(?=\d)")
 
 
