@@ -206,7 +206,7 @@ def test_cli_evaluates_a_file_the_model_was_not_trained_on(model_dir, tmp_path, 
     assert f"({len(records) - 1} problems scored, " in out and "problems/s end to end" in out
     saved = (tmp_path / "out" / "numbers_transfer.md").read_text()
     assert f"| all | {len(records) - 1} |" in saved
-    assert f"Over the {len(records) - 1} problems scored; not in this table: 1 records not scored." in saved
+    assert f"Over the {len(records) - 1} problems scored; records not scored, not in this table: 1." in saved
 
 
 def test_evaluating_a_file_that_has_no_scorable_problem_is_one_line(model_dir, tmp_path, capsys):
@@ -326,3 +326,21 @@ def test_a_files_raw_texts_are_read_in_the_language_given_as_solve_reads_them(mo
 
     assert tokens(None)[:3] == ["840", "/", "6/70"]  # the file's language, English: a bare a/b is a fraction
     assert tokens("zh")[:5] == ["840", "/", "6", "/", "70"]  # a Math23K model's: a division
+
+
+def test_evaluate_data_reads_the_file_in_the_models_language(model_dir, tmp_path, monkeypatch):
+    import hlgt.commands.evaluate as command
+
+    asked = []
+
+    def chunks(*args, lang=None, **kwargs):
+        asked.append(lang)
+        return iter([])
+
+    monkeypatch.setattr(command, "model_lang", lambda flat: "zh")  # as a Math23K model's
+    monkeypatch.setattr(command, "file_chunks", chunks)
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps({"id": "a", "original_text": "Tom has 5 pens.", "ans": "5"}) + "\n")
+    with pytest.raises(ValueError, match="no problem can be scored"):
+        main(["--model", str(model_dir), "--data", str(path)])
+    assert asked == ["zh"]

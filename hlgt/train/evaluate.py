@@ -256,7 +256,7 @@ def table4_markdown(report: Report, title: str = "", not_scored: int = 0) -> str
                      f"| {_percent(r.equation_acc)} |")
     lines.append(f"| all | {report.n} | 100.0% | {_percent(report.value_acc)} | {_percent(report.equation_acc)} |")
     if not_scored:
-        lines.append(f"\nOver the {report.n} problems scored; not in this table: {not_scored} records not scored.")
+        lines.append(f"\nOver the {report.n} problems scored; records not scored, not in this table: {not_scored}.")
     return "\n".join(lines) + "\n"
 
 
