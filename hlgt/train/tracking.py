@@ -1,8 +1,9 @@
 """Weights & Biases on rank 0 when enabled, a no-op ``Tracker`` otherwise.
 
 One W&B run per training run (one per Tune trial), grouped by sweep and named by arm and trial:
-the flat config, per-epoch metrics, the per-problem predictions of the best model, and (for the
-sweep's own summary run) the final results table.
+the flat config, per-epoch metrics (the epoch is the step), and in the summary the final figures,
+the per-problem predictions of the best model and (for the sweep's own summary run) the final
+results tables.
 
 Mode: ``WANDB_MODE`` when the user set it; else ``online`` when an API key is found; else
 ``offline``, written under a local folder (``<dir>/wandb/offline-run-*``) that ``wandb sync``
@@ -115,9 +116,11 @@ class WandbTracker(Tracker):
             self._run.summary[key] = value
 
     def log_table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """A final table, in the run's summary: in the history it would take the steps after the last
+        epoch, which a run resumed after a time budget's stop logs its next epochs at."""
         import wandb
 
-        self._run.log({key: wandb.Table(columns=list(columns), data=[list(r) for r in rows])})
+        self._run.summary[key] = wandb.Table(columns=list(columns), data=[list(r) for r in rows])
 
     def log_predictions(self, key: str, scored: Sequence[Any]) -> None:
         """Per-problem predictions (``evaluate.Scored``) as a W&B table."""
