@@ -1,7 +1,8 @@
 """The sweep's results: selection on validation, one test evaluation per arm, the tables and chart.
 
-Per arm, the configuration with the best mean validation value accuracy over its replicates (those
-every configuration has) is chosen; then the best checkpoint of each of its replicates is evaluated ONCE on test, here.
+Per arm, of the configurations with the most replicates, the one with the best mean validation
+value accuracy over the replicates they share is chosen; then the best checkpoint of each of its
+replicates is evaluated ONCE on test, here.
 Without validation (MAWPS's literature protocol) each arm has one configuration and each
 replicate's last epoch is tested. The results are written as ``results.md`` (the arms' table,
 then the paper's Tables 2, 3 and 4 from the pooled test predictions: ``hlgt.sweep.tables``),
