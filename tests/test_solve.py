@@ -53,6 +53,10 @@ def test_a_decimal_without_its_leading_zero_reads_as_the_files_write_it():
     assert tokenize("共有.25千克", "zh")[1:3] == [".", "25"]
 
 
+def test_a_percent_sign_typed_apart_joins_its_number_in_chinese_as_the_files_write_it():
+    assert tokenize("打了 50 % 的折扣", "zh")[2] == "50%" and tokenize("a 5 % rise", "en")[1:3] == ["5", "%"]
+
+
 def test_chinese_numerals_before_a_measure_word_are_the_quantities_of_a_text_without_numbers():
     assert tokenize("小明有三个苹果，吃了一半", "zh")[2:6] == ["有", "3", "个", "苹果"]
     assert "(1/2)" in tokenize("小明有三个苹果，吃了一半", "zh")
