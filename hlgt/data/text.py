@@ -9,7 +9,8 @@ a decimal without its leading zero (.5) as the files write it (0.5).
 
 Chinese: jieba's segmentation between numbers, without its HMM (Math23K's files do not join
 characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``,
-``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7``) one token. As in Math23K's files, a bare ``a/b``
+``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7``) one token, a percent sign typed apart (``50 %``)
+with it. As in Math23K's files, a bare ``a/b``
 is a division (``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter
 stay in their word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are
 words (第二天, 两人, 一半: the files never write them in digits). A text without any number is the
