@@ -10,12 +10,12 @@ a decimal without its leading zero (.5) as the files write it (0.5).
 Chinese: jieba's segmentation between numbers, without its HMM (Math23K's files do not join
 characters into words beyond jieba's dictionary: 张 明, not 张明), every number (``(1/5)``,
 ``1(5/6)``, ``20%``, ``3.5``, ``1,200``, ``3:7``) one token, a percent sign typed apart (``50 %``)
-with it. As in Math23K's files, a bare ``a/b``
-is a division (``a`` ``/`` ``b``: its fractions are bracketed), digits right after a Latin letter
-stay in their word (``MP3``, ``C10``, ``m2``), a minus is an operator, and Chinese numerals are
-words (第二天, 两人, 一半: the files never write them in digits). A text without any number is the
-exception: its numerals before a measure word (三个, 十二本, 两千克, 三点五千克) and 一半 become numbers, so
-that a problem written in characters can be solved.
+with it. As in Math23K's files, a bare ``a/b`` is a division (``a`` ``/`` ``b``: its fractions are
+bracketed), digits right after a Latin letter stay in their word (``MP3``, ``C10``, ``m2``), a
+minus is an operator, and Chinese numerals are words (第二天, 两人, 一半: the files never write
+them in digits). A text without any number is the exception: its numerals before a measure word
+(三个, 十二本, 两千克, 三点五千克) and 一半 become numbers, so that a problem written in characters
+can be solved.
 
 English: words, numbers and punctuation apart; as in MAWPS's files, clitics are words of their
 own (``Emily 's``, ``do n't``), a title keeps its period (``Mrs.``), a minus right before a number
@@ -64,11 +64,8 @@ _CN_NUMERAL = re.compile(rf"(?<![{_CN_CHARS}\d.点])[{_CN_CHARS}]+?(?:点[{''.jo
                          rf"(?=[{_MEASURE_WORDS}]|千克|公斤|小时|分钟|厘米|千米|公里)")
 
 
-def chinese_number(numeral: str) -> int | str:
-    """"十二" → 12, "两千零五" → 2005, "三万" → 30000, "三点五" → "3.5" (decimals as written)."""
-    if "点" in numeral:
-        whole, decimals = numeral.split("点")
-        return f"{chinese_number(whole)}." + "".join(str(_CN_DIGITS[ch]) for ch in decimals)
+def chinese_number(numeral: str) -> int:
+    """"十二" → 12, "两千零五" → 2005, "三万" → 30000."""
     total, section, digit = 0, 0, 0
     for ch in numeral:
         if ch in _CN_DIGITS:
@@ -86,7 +83,13 @@ def chinese_numerals_to_digits(text: str) -> str:
     """A lone 一 stays a word: the training files write "一根绳子" (a rope) in characters and
     their equations do not use it. A lone 百, 千 or 万 is part of a unit (千克, 百米)."""
     text = text.replace("一半", "(1/2)")
-    return _CN_NUMERAL.sub(lambda m: m.group() if m.group() in _NOT_NUMBERS else str(chinese_number(m.group())), text)
+    return _CN_NUMERAL.sub(lambda m: m.group() if m.group() in _NOT_NUMBERS else _digits(m.group()), text)
+
+
+def _digits(numeral: str) -> str:
+    """"十二" → "12", "三点五" → "3.5" (the decimals digit by digit, as written)."""
+    whole, _, decimals = numeral.partition("点")
+    return str(chinese_number(whole)) + ("." + "".join(str(_CN_DIGITS[ch]) for ch in decimals) if decimals else "")
 
 
 # Signs a typesetter or a Chinese keyboard writes for ASCII ones: the minus sign (U+2212) and the

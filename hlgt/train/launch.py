@@ -72,9 +72,8 @@ def worker_cpus(workers: int, requested: float | None = None) -> float:
     return requested
 
 
-def available_splits(shards_dir: str | Path) -> list[str]:
-    """The splits of the shard folder that hold at least one row."""
-    built = load_manifest(shards_dir)["splits"]
+def available_splits(built: dict) -> list[str]:
+    """The splits of a shard folder's manifest (its ``splits``) that hold at least one row."""
     return [s for s in SPLITS if built.get(s, {}).get("kept", 0) > 0]
 
 
@@ -170,12 +169,13 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
         resources["GPU"] = gpus_per_worker if gpus_per_worker is not None else 1.0
     # Workers on other nodes read the same shared path, or the URI (s3://...).
     shards_dir = str(shards_dir).rstrip("/") if is_uri(shards_dir) else str(Path(shards_dir).resolve())
-    splits = available_splits(shards_dir)
+    built = load_manifest(shards_dir)["splits"]
+    splits = available_splits(built)
     if "train" not in splits:
         raise ValueError(f"no training rows in {shards_dir}")
     # DataConfig splits the training rows into equal shares (every rank runs as many DDP steps),
     # dropping the remainder; each worker keeps its share for every epoch (``_ray_runtime``).
-    kept = load_manifest(shards_dir)["splits"]["train"]["kept"]
+    kept = built["train"]["kept"]
     if kept < workers:
         raise ValueError(f"{workers} workers for {kept} training problems: each needs one at least")
     if kept % workers:
