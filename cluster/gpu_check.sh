@@ -185,7 +185,7 @@ step_schedule() {
   pids=()
   for arm in $SCHEDULE_ARMS; do
     python -m hlgt.train --dataset "$DATASET" --shards "$SHARDS" --no-ray "${gpu[@]}" --no-wandb "${fresh[@]}" --ablation "$arm" \
-      --name "schedule-$arm" --set "train.out_dir=$RUNS" --set "train.batch_size=$BATCH" \
+      --name "schedule-$arm" --storage "$RUNS" --set "train.batch_size=$BATCH" \
       --set "train.cuda_graphs=$GRAPHS" --set "train.capture_bigrus=$BIGRUS" --set "train.eval_every=$EVAL_EVERY" \
       --set "train.max_minutes=$SCHEDULE_MINUTES" \
       >> "$OUT/schedule_$arm.log" 2>&1 &

@@ -15,8 +15,8 @@
 #   bash cluster/gpu_ray_check.sh            # there: logs and summary.md under $OUT
 #
 # Settings (environment): OUT (default gpu-ray-out), SHARDS (shards/mawps-f0), WHEELS (the first
-# wheelhouse part; used only where Ray is missing), DATASET (mawps), SET (--set overrides for every
-# run, space-separated; default data.mawps_folds=graph2tree, matching the shards), EPOCHS (6, the
+# wheelhouse part; used only where Ray is missing), DATASET (mawps), MAWPS_FOLDS (graph2tree, the
+# shards' fold scheme; read for MAWPS only), SET (--set overrides for every run, space-separated), EPOCHS (6, the
 # Ray Train run), SWEEP_EPOCHS (3), TRIALS (4), STEPS ("train sweeps", or either), GPU (1; 0 runs
 # every step on CPUs). tests/test_cluster.py runs
 # it on the sample data with GPU=0.
@@ -30,12 +30,14 @@ SWEEP_EPOCHS=${SWEEP_EPOCHS:-3}
 TRIALS=${TRIALS:-4}
 STEPS=${STEPS:-train sweeps}
 GPU=${GPU:-1}
-SET=${SET-data.mawps_folds=graph2tree}
+MAWPS_FOLDS=${MAWPS_FOLDS:-graph2tree}
+SET=${SET-}
 RUNS=${RUNS:-/tmp/hlgt-ray-check}  # checkpoints stay on the machine; logs and summaries go to $OUT
 mkdir -p "$OUT" "$RUNS"
 # Logs unbuffered: a call cut at its time limit keeps every line written before.
 export RAY_AUTH_MODE=disabled WANDB_MODE=offline PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-sets=(--no-wandb); for kv in $SET; do sets+=(--set "$kv"); done
+sets=(--no-wandb); [ "$DATASET" = mawps ] && sets+=(--mawps-folds "$MAWPS_FOLDS")
+for kv in $SET; do sets+=(--set "$kv"); done
 status=0
 log() { echo "[gpu_ray_check] $*" >&2; echo "- $*" >> "$OUT/summary.md"; }
 : > "$OUT/summary.md"

@@ -193,13 +193,26 @@ def test_train_command_config_and_run_name(capsys):
     assert "invalid choice: 'random'" in capsys.readouterr().err
 
 
+def test_train_command_refuses_a_set_on_a_key_its_flags_set():
+    # Which of the two should win would be a guess (the run's name comes from the dataset flag).
+    from hlgt.commands.train import build_parser, make_config
+
+    for argv, flag in ((["--dataset", "mawps", "--set", "data.dataset=math23k"], "--dataset"),
+                       (["--set", "train.out_dir=/tmp/x"], "--storage"),
+                       (["--workers", "2", "--set", "train.workers=1"], "--workers"),
+                       (["--set", "train.use_gpu=true"], "--gpu")):
+        with pytest.raises(ValueError, match=f"and {flag} both set"):
+            make_config(build_parser().parse_args(argv))
+    assert make_config(build_parser().parse_args(["--storage", "/tmp/x"])).train.out_dir == "/tmp/x"
+
+
 def _command(shards, out, *more, ray=False):
     """``python -m hlgt.train`` on the tiny model into ``out``, in process unless ``ray``."""
     from hlgt.commands.train import main
 
-    sets = [f"{k}={v}" for k, v in TINY.items() if k != "data.dataset"]
+    sets = [f"{k}={v}" for k, v in TINY.items() if k not in ("data.dataset", "train.wandb")]
     return main(["--dataset", "sample", "--shards", str(shards), *([] if ray else ["--no-ray"]), "--storage", str(out),
-                 *[a for s in sets for a in ("--set", s)], *more])
+                 "--no-wandb", *[a for s in sets for a in ("--set", s)], *more])
 
 
 def test_the_command_says_a_run_stopped_by_its_time_budget_is_not_done(shards, tmp_path, capsys):
@@ -517,8 +530,9 @@ def test_a_training_holds_its_shards_until_it_ends(shards, tmp_path, monkeypatch
     # Shards the command builds (or reuses) itself are held the same way.
     from hlgt.commands.train import main
 
-    sets = [f"{k}={v}" for k, v in {**TINY, "data.shards_dir": str(shards.parent)}.items() if k != "data.dataset"]
-    assert main(["--dataset", "sample", "--no-ray", "--storage", str(tmp_path / "built"),
+    sets = [f"{k}={v}" for k, v in {**TINY, "data.shards_dir": str(shards.parent)}.items()
+            if k not in ("data.dataset", "train.wandb")]
+    assert main(["--dataset", "sample", "--no-ray", "--storage", str(tmp_path / "built"), "--no-wandb",
                  *[a for s in sets for a in ("--set", s)]]) == 0
     assert refused[-1] == shards and len(refused) == 2
 

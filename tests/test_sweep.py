@@ -203,7 +203,7 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
         command.main(["--dataset", "mawps", "--folds", "0,7", "--storage", str(tmp_path)])
     with pytest.raises(ValueError, match="--no-mawps-valid leaves no validation split to choose among configurations "
                                          "on, and --heads asks for a search"):
-        command.main(["--dataset", "mawps", "--set", "data.mawps_valid=false", "--heads", "2,4", "--storage",
+        command.main(["--dataset", "mawps", "--no-mawps-valid", "--heads", "2,4", "--storage",
                       str(tmp_path)])
     with pytest.raises(ValueError, match="--seeds takes integers, got 'a', 'b'"):
         command.main(["--seeds", "a,b", "--storage", str(tmp_path)])
@@ -242,6 +242,16 @@ def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
     assert command.make_spec(args).gpus_per_worker == 0.0
     with pytest.raises(ValueError, match="must be >= 0"):
         command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])
+
+
+def test_the_sweep_refuses_a_set_on_a_key_its_flags_set(tmp_path):
+    # --set and the YAML's set won over some flags and lost to others; now neither may name their keys.
+    with pytest.raises(ValueError, match="--set train.workers=... and --workers-per-trial both set"):
+        command.make_spec(command.build_parser().parse_args(["--storage", str(tmp_path), "--set", "train.workers=2"]))
+    yaml_file = tmp_path / "sweep.yaml"
+    yaml_file.write_text("set:\n  data.dataset: math23k\n")
+    with pytest.raises(ValueError, match="sweep.yaml's set: data.dataset=... and --dataset both set"):
+        command.make_spec(command.build_parser().parse_args(["--storage", str(tmp_path), "--space", str(yaml_file)]))
 
 
 @pytest.mark.usefixtures("one_thread")

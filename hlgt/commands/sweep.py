@@ -70,7 +70,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hlgt.commands.cli import non_negative_int, positive_float, positive_int, run_command
+from hlgt.commands.cli import non_negative_int, positive_float, positive_int, refuse_flag_keys, run_command
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config, ablation_arms, parse_overrides
 from hlgt.storage import check_name, is_uri, sole_writer, storage_root
 from hlgt.sweep.experiments import run as run_sweep
@@ -100,6 +100,10 @@ SCHEDULERS = ("asha", "median", "fifo")
 # Trials a sweep may hold unless --max-trials says more: a mistyped space (a 12-dimension grid,
 # num_samples: 1000000) is refused before it is enumerated.
 MAX_TRIALS = 3000
+# The config keys this command's flags set: neither ``--set`` nor the YAML's ``set`` may name them.
+FLAG_KEYS = {"data.dataset": "--dataset", "data.data_dir": "--data-dir", "data.mawps_folds": "--mawps-folds",
+             "data.mawps_valid": "--no-mawps-valid", "train.wandb": "--no-wandb", "train.use_gpu": "--gpus-per-trial",
+             "train.workers": "--workers-per-trial"}
 # The search flags and the config key each one searches.
 SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
                 "hidden": "model.hidden_size"}
@@ -218,7 +222,8 @@ def sample_count(args: argparse.Namespace, from_file: dict) -> int:
 
 def base_overrides(args: argparse.Namespace, from_file: dict, dataset: str) -> dict[str, Any]:
     """The flat overrides every trial shares, checked and coerced now, before Ray starts: the
-    dataset's paper settings, ``--smoke-test``, the YAML's ``set``, ``--set``, then the flags."""
+    dataset's paper settings, ``--smoke-test``, the YAML's ``set``, ``--set`` (neither naming a key
+    that a flag sets), then the flags."""
     base: dict[str, Any] = {**DATASET_DEFAULTS.get(dataset, {}), "data.dataset": dataset}
     if args.data_dir:
         base["data.data_dir"] = args.data_dir
@@ -228,8 +233,11 @@ def base_overrides(args: argparse.Namespace, from_file: dict, dataset: str) -> d
         base["data.mawps_valid"] = False
     if args.smoke_test:
         base.update(SMOKE)
-    base.update(from_file.get("set") or {})
-    base.update(parse_overrides(args.set))
+    from_yaml, overrides = from_file.get("set") or {}, parse_overrides(args.set)
+    refuse_flag_keys(from_yaml, FLAG_KEYS, given_as=f"{args.space}'s set: ")
+    refuse_flag_keys(overrides, FLAG_KEYS)
+    base.update(from_yaml)
+    base.update(overrides)
     if args.no_wandb:
         base["train.wandb"] = False
     if args.gpus_per_trial is not None and args.gpus_per_trial < 0:

@@ -16,7 +16,7 @@ import json
 import sys
 
 from hlgt import metrics as M
-from hlgt.commands.cli import run_command
+from hlgt.commands.cli import non_negative_int, positive_float, positive_int, refuse_flag_keys, run_command
 from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, check_ablation, parse_overrides
 from hlgt.data.splits import MAWPS_FOLD_FILES
 from hlgt.storage import check_name, is_uri
@@ -24,11 +24,16 @@ from hlgt.train.run import run_folder, run_name, train_run
 
 PROG = "hlgt-train"
 
+# The config keys this command's flags set: ``--set`` may not name them.
+FLAG_KEYS = {"data.dataset": "--dataset", "data.fold": "--fold", "data.mawps_folds": "--mawps-folds",
+             "data.mawps_valid": "--no-mawps-valid", "data.data_dir": "--data-dir", "train.out_dir": "--storage",
+             "train.workers": "--workers", "train.wandb": "--no-wandb", "train.use_gpu": "--gpu"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Train HLGT (one run).", allow_abbrev=False)
     p.add_argument("--dataset", default="sample", help="sample | math23k | mawps | ape210k")
-    p.add_argument("--fold", type=int, default=0, help="MAWPS cross-validation fold (0..4)")
+    p.add_argument("--fold", type=non_negative_int, default=0, help="MAWPS cross-validation fold (0..4)")
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES),
                    help="MAWPS fold scheme: grouped (default; no text in two folds), graph2tree (Graph2Tree's "
                         "file-order folds over all 2,373 problems) or graph2tree-1921 (the folds behind the published "
@@ -41,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a prebuilt shard folder to train on as is (no raw data or annotator needed)")
     p.add_argument("--ablation", "--arm", dest="ablation", default="full",
                    help="ablation arm: %s (default full)" % ", ".join(ABLATIONS))
-    p.add_argument("--workers", type=int, default=None, help="Ray Train workers (default train.workers)")
-    p.add_argument("--cpus-per-worker", type=float, default=None,
+    p.add_argument("--workers", type=positive_int, default=None, help="Ray Train workers (default train.workers)")
+    p.add_argument("--cpus-per-worker", type=positive_float, default=None,
                    help="CPUs per Ray Train worker (default: 1, or less so that one CPU stays free for Ray Data)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
@@ -73,7 +78,9 @@ def make_config(args: argparse.Namespace) -> Config:
         flat["train.wandb"] = False
     if args.gpu:
         flat["train.use_gpu"] = True
-    return Config.from_flat({**flat, **parse_overrides(args.set)})
+    overrides = parse_overrides(args.set)
+    refuse_flag_keys(overrides, FLAG_KEYS)
+    return Config.from_flat({**flat, **overrides})
 
 
 def main(argv: list[str] | None = None) -> int:
