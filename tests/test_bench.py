@@ -42,6 +42,8 @@ def test_bench_refuses_bad_options_naming_them(capsys, argv, message):
 def test_set_may_not_name_a_key_a_flag_of_the_command_sets():
     with pytest.raises(ValueError, match="--set model.hidden_size=... and --hidden both set model.hidden_size"):
         main(["--dataset", "sample", "--hidden", "32", "--set", "model.hidden_size=64"])
+    with pytest.raises(ValueError, match="--set train.use_gpu=... and --device both set"):  # it would be ignored
+        main(["--dataset", "sample", "--set", "train.use_gpu=true"])
 
 
 def test_too_few_rows_is_a_user_error(tmp_path, monkeypatch):

@@ -75,7 +75,7 @@ PROG = "hlgt-bench"
 # The config keys this command's flags set: ``--set`` may not name them.
 FLAG_KEYS = {"data.dataset": "--dataset", "data.fold": "--fold", "data.data_dir": "--data-dir",
              "train.batch_size": "--batch-size", "model.embedding_size": "--embedding", "model.hidden_size": "--hidden",
-             "model.beam_size": "--beam-size"}
+             "model.beam_size": "--beam-size", "train.threads": "--threads", "train.use_gpu": "--device"}
 
 
 def _parser() -> argparse.ArgumentParser:

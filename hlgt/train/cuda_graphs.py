@@ -41,7 +41,8 @@ from hlgt.tensors import tensors_of, with_tensors
 
 def require_gpu(device: torch.device) -> None:
     if device.type != "cuda":
-        raise ValueError("train.cuda_graphs captures CUDA graphs: it needs a GPU (--gpu)")
+        raise ValueError(f"train.cuda_graphs captures CUDA graphs: it needs a GPU, not {device.type} (hlgt-train's "
+                         "--gpu, curve's and bench's --device cuda)")
 
 
 class _Captured(nn.Module):
