@@ -2,7 +2,7 @@
 # Ray Train and Tune on one GPU, as one call on a lent GPU machine without Ray or internet: Ray
 # installed from the carried wheelhouse (cluster/wheelhouse.py), a Ray Train run on the GPU killed
 # after its first checkpoint and resumed, a sweep of TRIALS (4) trials sharing the GPU
-# (--gpus-per-trial 1/TRIALS, rounded down to the 1e-4 units Ray counts in) and one of two trials
+# (--gpus-per-worker 1/TRIALS, rounded down to the 1e-4 units Ray counts in) and one of two trials
 # one at a time with the default packing, GPU memory per process sampled throughout. Carry the
 # shards and the wheelhouse:
 #
@@ -122,9 +122,9 @@ sweep() {  # name, log, flags...
 }
 if [[ " $STEPS " == *" sweeps "* ]]; then
   if [ "$GPU" = 1 ]; then
-    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial "$($PY -c "from hlgt.sweep.experiments import gpu_share; print(gpu_share($TRIALS))")"
+    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-worker "$($PY -c "from hlgt.sweep.experiments import gpu_share; print(gpu_share($TRIALS))")"
   else
-    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-trial 0  # as many at once as the CPUs hold
+    sweep shared-gpu sweep_shared.log --num-samples "$TRIALS" --gpus-per-worker 0  # as many at once as the CPUs hold
   fi
   sweep one-at-a-time sweep_one.log --num-samples "$(( TRIALS < 2 ? TRIALS : 2 ))" --max-concurrent 1
   grep -h "per GPU" "$OUT"/sweep_*.log >> "$OUT/summary.md"

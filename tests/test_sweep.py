@@ -235,13 +235,13 @@ def test_trials_are_packed_on_a_gpu_by_measured_memory():
     assert trials_per_gpu(24 * gib, int(8.5 * gib)) == 2
 
 
-def test_gpus_per_trial_defaults_to_packing_and_rejects_negatives(tmp_path):
+def test_gpus_per_worker_defaults_to_packing_and_rejects_negatives(tmp_path):
     args = command.build_parser().parse_args(["--storage", str(tmp_path)])
     assert command.make_spec(args).gpus_per_worker is None  # decided once Ray is up
-    args = command.build_parser().parse_args(["--storage", str(tmp_path), "--gpus-per-trial", "0"])
+    args = command.build_parser().parse_args(["--storage", str(tmp_path), "--gpus-per-worker", "0"])
     assert command.make_spec(args).gpus_per_worker == 0.0
     with pytest.raises(ValueError, match="must be >= 0"):
-        command.main(["--storage", str(tmp_path), "--gpus-per-trial", "-1"])
+        command.main(["--storage", str(tmp_path), "--gpus-per-worker", "-1"])
 
 
 def test_the_sweep_refuses_a_set_on_a_key_its_flags_set(tmp_path):
@@ -376,7 +376,7 @@ def test_concurrency_fits_the_cluster_and_notes_a_max_concurrent_beyond_it(tmp_p
     assert concurrency(spec) == 4
     assert "--max-concurrent 4: this cluster fits 1 trial(s) now" in capsys.readouterr().out
     spec.max_concurrent, spec.gpus_per_worker = 0, 0.25
-    with pytest.raises(RuntimeError, match="the cluster has 0 GPUs; a trial needs 0.25"):
+    with pytest.raises(ValueError, match="the cluster has 0 GPUs; a trial needs 0.25"):
         concurrency(spec)
 
 
@@ -639,7 +639,7 @@ def test_bad_yaml_values_and_flags_are_one_line_errors_before_ray(tmp_path, caps
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=f"--storage {tmp_path / 'file'} is a file, not a folder"):
         command.main(["--storage", str(tmp_path / "file")])
-    for flag, value, message in (("--cpus-per-trial", "-1", "must be > 0"), ("--cpus-per-trial", "0", "must be > 0"),
+    for flag, value, message in (("--cpus-per-worker", "-1", "must be > 0"), ("--cpus-per-worker", "0", "must be > 0"),
                                  ("--max-concurrent", "-3", "must be >= 0"),
                                  ("--workers-per-trial", "0", "must be >= 1")):
         with pytest.raises(SystemExit):

@@ -2,7 +2,7 @@
 best models.
 
     python tune/sweep.py --ablation no_line_graph --smoke-test
-    python tune/sweep.py --dataset mawps --folds 0,1,2,3,4 --ablation all --gpus-per-trial 1
+    python tune/sweep.py --dataset mawps --folds 0,1,2,3,4 --ablation all --gpus-per-worker 1
     python tune/sweep.py --dataset math23k --space sweep.yaml --num-samples 8 --seeds 1,2,3
 
 Search space (``hlgt/sweep/space.py``): heads, layers and β_com by default (centred on the paper's
@@ -102,7 +102,7 @@ SCHEDULERS = ("asha", "median", "fifo")
 MAX_TRIALS = 3000
 # The config keys this command's flags set: neither ``--set`` nor the YAML's ``set`` may name them.
 FLAG_KEYS = {"data.dataset": "--dataset", "data.data_dir": "--data-dir", "data.mawps_folds": "--mawps-folds",
-             "data.mawps_valid": "--no-mawps-valid", "train.wandb": "--no-wandb", "train.use_gpu": "--gpus-per-trial",
+             "data.mawps_valid": "--no-mawps-valid", "train.wandb": "--no-wandb", "train.use_gpu": "--gpus-per-worker",
              "train.workers": "--workers-per-trial"}
 # The search flags and the config key each one searches.
 SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
@@ -142,10 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "last epoch is tested; no search: each arm trains its one configuration (a table)")
     p.add_argument("--scheduler", default=None, choices=SCHEDULERS, help="default asha")
     p.add_argument("--workers-per-trial", type=positive_int, default=1)
-    p.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="CPUs per training worker")
-    p.add_argument("--gpus-per-trial", type=float, default=None,
+    p.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs per training worker")
+    p.add_argument("--gpus-per-worker", type=float, default=None,
                    help="GPUs per training worker (0: CPUs only; default: on a cluster with GPUs, as many "
-                        "trials per GPU as fit in its memory, measured by one probe step)")
+                        "workers per GPU as fit in its memory, measured by one probe step)")
     p.add_argument("--max-concurrent", type=non_negative_int, default=0,
                    help="trials at once (default: what the cluster fits)")
     p.add_argument("--max-failures", type=int, default=1,
@@ -240,9 +240,9 @@ def base_overrides(args: argparse.Namespace, from_file: dict, dataset: str) -> d
     base.update(overrides)
     if args.no_wandb:
         base["train.wandb"] = False
-    if args.gpus_per_trial is not None and args.gpus_per_trial < 0:
-        raise ValueError(f"--gpus-per-trial must be >= 0, got {args.gpus_per_trial:g}")
-    if args.gpus_per_trial:
+    if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
+        raise ValueError(f"--gpus-per-worker must be >= 0, got {args.gpus_per_worker:g}")
+    if args.gpus_per_worker:
         base["train.use_gpu"] = True
     base["train.workers"] = args.workers_per_trial
     return {k: v for k, v in Config.from_flat(base).to_flat().items() if k in base}
@@ -329,7 +329,7 @@ def make_spec(args: argparse.Namespace) -> SweepSpec:
         raise ValueError(f"--storage {storage} is a file, not a folder")
     spec = SweepSpec(name=name, storage=storage, base=base, arms=arms, samples=samples, replicates=replicates,
                 scheduler=scheduler_kind(args, from_file, centre), workers=args.workers_per_trial,
-                cpus_per_worker=args.cpus_per_trial, gpus_per_worker=args.gpus_per_trial,
+                cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
                 max_concurrent=args.max_concurrent, max_failures=args.max_failures, wandb=centre.train.wandb)
     # Offline W&B runs live next to the results, or in the home folder when the results go to S3.
     spec.wandb_dir = spec.root if not is_uri(spec.root) else os.path.join("~", "hlgt-wandb", name)

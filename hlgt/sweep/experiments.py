@@ -238,7 +238,7 @@ def probe_steps(cfg: Config, vocab, rows: list[dict], device) -> int:
 
 
 def resolve_gpus(spec: SweepSpec) -> None:
-    """``--gpus-per-trial`` not given: CPUs on a cluster without GPUs; on one with GPUs, the share
+    """``--gpus-per-worker`` not given: CPUs on a cluster without GPUs; on one with GPUs, the share
     of a GPU that packs ``trials_per_gpu`` trials on it, from each arm's probe steps (``probe_steps``)."""
     import ray
 
@@ -271,7 +271,7 @@ def concurrency(spec: SweepSpec) -> int:
         return spec.max_concurrent
     launch.worker_cpus(spec.workers, spec.cpus_per_worker)  # raises when even one trial would starve Ray Data
     if fit < 1 and spec.gpus_per_worker > 0:
-        raise RuntimeError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
+        raise ValueError(f"the cluster has {res.get('GPU', 0):g} GPUs; a trial needs "
                            f"{spec.workers * spec.gpus_per_worker:g}")
     return max(fit, 1)
 

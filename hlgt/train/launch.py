@@ -61,7 +61,7 @@ def worker_cpus(workers: int, requested: float | None = None) -> float:
     total = ray.cluster_resources().get("CPU", 0.0)
     spare = total - 1.0
     if spare <= 0:
-        raise RuntimeError(f"the Ray cluster has {total:g} CPU(s); "
+        raise ValueError(f"the Ray cluster has {total:g} CPU(s); "
                            "training workers and Ray Data's readers need at least 2")
     if requested is None:
         return min(1.0, spare / workers)
