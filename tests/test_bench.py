@@ -23,7 +23,7 @@ def test_bench_prints_both_arms_with_bf16_decoding(tmp_path, capsys, monkeypatch
 
 def test_bench_rejects_unknown_arms():
     with pytest.raises(ValueError, match="unknown ablation arm 'nope'"):
-        main(["--dataset", "sample", "--arms", "full,nope"])  # --arms: the older name of --ablation
+        main(["--dataset", "sample", "--ablation", "full,nope"])
 
 
 @pytest.mark.parametrize("argv, message", [

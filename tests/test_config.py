@@ -46,14 +46,12 @@ def test_ablation_arms_are_checked_in_one_place():
 
 
 @pytest.mark.parametrize("module", ["hlgt.commands.train", "hlgt.commands.bench", "hlgt.commands.curve"])
-@pytest.mark.parametrize("flag", ["--ablation", "old name"])
-def test_every_command_rejects_an_unknown_arm_alike(module, flag):
+def test_every_command_rejects_an_unknown_arm_alike(module):
     import importlib
 
     main = importlib.import_module(module).main
-    old = {"hlgt.commands.train": "--arm"}.get(module, "--arms")
     with pytest.raises(ValueError, match="unknown ablation arm 'nope'; the arms are full, "):
-        main(["--dataset", "sample", "--ablation" if flag == "--ablation" else old, "nope"])
+        main(["--dataset", "sample", "--ablation", "nope"])
 
 
 @pytest.mark.parametrize("flat, named", [

@@ -99,7 +99,7 @@ def test_arms_are_checked_before_any_work():
     with pytest.raises(ValueError, match="twice"):
         parse_arms("gts,gts")
     with pytest.raises(ValueError, match="unknown config keys"):
-        main([*TINY, "--arms", "full+model.nope=1"])  # --arms: the older name of --ablation
+        main([*TINY, "--ablation", "full+model.nope=1"])
     with pytest.raises(ValueError, match="unknown ablation arm 'foo'"):
         main([*TINY, "--ablation", "foo"])
 

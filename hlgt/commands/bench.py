@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fold", type=non_negative_int, default=0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
-    p.add_argument("--ablation", "--arms", dest="ablation", default="full,gts",
+    p.add_argument("--ablation", default="full,gts",
                    help="ablation arms to time, comma-separated, or 'all' (gts, when named, is the reference)")
     p.add_argument("--limit", type=positive_int, default=1600, help="training problems timed")
     p.add_argument("--decode-limit", type=positive_int, default=200, help="held-out problems decoded")

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mawps-folds", default="grouped", choices=list(MAWPS_FOLD_FILES))
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None, help="a prebuilt shard folder (no raw data needed)")
-    p.add_argument("--ablation", "--arms", dest="ablation", default="gts,full",
+    p.add_argument("--ablation", default="gts,full",
                    help="ablation arms, comma-separated, or 'all'; ARM+KEY=VALUE adds overrides to one curve")
     p.add_argument("--limit", type=positive_int, default=6000, help="training problems (the first of the split)")
     p.add_argument("--val-limit", type=positive_int, default=1000, help="validation problems (the first of the split)")

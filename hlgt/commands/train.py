@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="benchmark files (default $HLGT_DATA_DIR or ../shared/datasets)")
     p.add_argument("--shards", default=None,
                    help="a prebuilt shard folder to train on as is (no raw data or annotator needed)")
-    p.add_argument("--ablation", "--arm", dest="ablation", default="full",
+    p.add_argument("--ablation", default="full",
                    help="ablation arm: %s (default full)" % ", ".join(ABLATIONS))
     p.add_argument("--workers", type=positive_int, default=None, help="Ray Train workers (default train.workers)")
     p.add_argument("--cpus-per-worker", type=positive_float, default=None,
