@@ -167,6 +167,16 @@ def install(args: argparse.Namespace) -> None:
     subprocess.run(command, check=True)
 
 
+def _positive_mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number, got {text!r}")
+    if not value * 2**20 >= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be at least one byte (1/1048576 MiB), got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cluster/wheelhouse.py", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     sub = p.add_subparsers(dest="step", required=True)
@@ -177,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--also", default=ALSO, help="packages besides Ray, comma-separated (default %(default)s)")
     b.add_argument("--have", default="",
                    help="packages the target already has, comma-separated (their wheels are left out)")
-    b.add_argument("--part-mib", type=float, default=60.0, help="largest part, MiB")
+    b.add_argument("--part-mib", type=_positive_mib, default=60.0, help="largest part, MiB")
     b.add_argument("--dry-run", action="store_true")
     i = sub.add_parser("install", help="join the parts, unpack and install (no index needed)", allow_abbrev=False)
     i.add_argument("archive", help="wheels.tar.xz, or its first part")
@@ -189,4 +199,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # This script runs before anything is installed (hlgt's run_command may not import): a missing or
+    # broken archive, a failed download or install ends with one line, as the project's commands do.
+    try:
+        sys.exit(main())
+    except (OSError, tarfile.TarError, EOFError, subprocess.CalledProcessError) as error:
+        sys.exit(f"cluster/wheelhouse.py: error: {error}")

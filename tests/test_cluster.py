@@ -339,6 +339,23 @@ def test_the_wheelhouse_slims_packs_in_parts_and_installs_from_them(tmp_path, mo
     assert len(ran) == 1 and (house / wheel.name).exists()
 
 
+def test_the_wheelhouse_ends_a_mistake_with_one_line(tmp_path):
+    # A part size that would cut no part (0) or delete the parts and write none (< 0) is refused
+    # before anything downloads; a missing or broken archive ends without a traceback.
+    script = str(ROOT / "cluster" / "wheelhouse.py")
+    for size in ("0", "-1", "nan"):
+        done = subprocess.run([sys.executable, script, "build", "--part-mib", size, "--dry-run"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and "argument --part-mib: must be at least one byte" in done.stderr
+    (tmp_path / "broken.tar.xz").write_bytes(b"not xz")
+    for archive, message in ((tmp_path / "missing.tar.xz", "No such file or directory"),
+                             (tmp_path / "broken.tar.xz", "not an lzma file")):
+        done = subprocess.run([sys.executable, script, "install", str(archive), "--into", str(tmp_path / "into")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and done.stderr.startswith("cluster/wheelhouse.py: error: ")
+        assert message in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_the_gpu_ray_check_script_runs_its_steps_on_the_cpu(tmp_path):
