@@ -73,7 +73,8 @@ class ModelConfig:
     comparison_init: str = "zeros"  # zeros (Dozat & Manning's biaffine starts at 0) | uniform (nn.Bilinear's draw)
     beam_size: int = 5
     max_output_len: int = 45
-    # decoding only: the encoder's CPU GRUs multiply in bfloat16 (~1.3x decoding; CUDA keeps cuDNN float32)
+    # decoding only: the encoder's CPU GRUs multiply in bfloat16 (faster decoding: BENCHMARKS.md; CUDA keeps
+    # cuDNN float32)
     bf16_inference: bool = False
 
 

@@ -1,4 +1,4 @@
-"""The sweep command of the design card: search space × ablation arms → Ray Tune → results table,
+"""The sweep command: search space × ablation arms → Ray Tune → results table,
 chart, best models (``hlgt.commands.sweep``, also the entry point ``hlgt-sweep``; ``--help`` lists
 its options).
 

@@ -39,7 +39,6 @@ PROG = "hlgt-evaluate"
 
 
 def _parser() -> argparse.ArgumentParser:
-    # No abbreviations: ``--data FILE`` must be an error, not silently ``--data-dir FILE``.
     p = argparse.ArgumentParser(prog=PROG, allow_abbrev=False,
                                 description="Evaluate a trained model on one split of its dataset.")
     p.add_argument("--model", required=True,

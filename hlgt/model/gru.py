@@ -1,7 +1,7 @@
 """The bidirectional GRU of the encoder (eq. 2-3 and 6) on the CPU, with a hand-written backward.
 
 ``bigru(gru, x, lengths)`` computes what ``nn.GRU(..., bidirectional=True, batch_first=True)``
-computes over a packed batch, with the module's own parameters (checkpoints are unchanged), and
+computes over a packed batch, with the module's own parameters (the same ``state_dict``), and
 returns what the encoder uses of it: the sum of the two directions' outputs ``[B, T, H]`` (zeros
 on padding) and the final states ``[2 * layers, B, H]``.
 
@@ -32,7 +32,7 @@ step captured with them serves every batch padded alike (``train.capture_bigrus`
 
 ``low_precision=True`` (inference only, CPU): the matrix products take bfloat16 operands, the
 state, gates and sums stay float32. On a CPU with bfloat16 dot-product instructions (AVX512-BF16,
-AMX) the products run about 2x faster; outputs differ from float32 by about 1e-3, so a
+AMX) the products run faster (BENCHMARKS.md); outputs differ from float32 by about 1e-3, so a
 prediction can change. Off by default (``model.bf16_inference``).
 """
 from __future__ import annotations
@@ -254,7 +254,7 @@ class _Recurrence(torch.autograd.Function):
             g = gi[:, o:o + n]
             rz = torch.sigmoid(g[..., : 2 * H] + gh[..., : 2 * H])            # [2, n, 2H]
             r, z = rz[..., :H], rz[..., H:]
-            # tanh(x) = 2 sigmoid(2x) - 1: PyTorch's CPU sigmoid is ~5x faster than its tanh; cand is [2, n, H]
+            # tanh(x) = 2 sigmoid(2x) - 1: PyTorch's CPU sigmoid is much faster than its tanh; cand is [2, n, H]
             cand = torch.addcmul(g[..., 2 * H:], r, gh[..., 2 * H:]).add_(b_in).mul_(2).sigmoid_().mul_(2).sub_(1)
             h_new = cand + z * (h_prev - cand)                                # (1-z)*n + z*h
             out[:, o:o + n] = h_new

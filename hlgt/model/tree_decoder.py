@@ -36,7 +36,7 @@ the beams' state: ``hlgt.model.beams``):
   (GTS returns an unfinished one when it hits the length limit).
 * TreeAttn's and Score's ``v . tanh(a) + c`` over every (node, token) and (node, candidate) pair
   is computed as ``2v . sigmoid(2a) + (c - sum(v))``: the same function up to float rounding, and
-  PyTorch's CPU sigmoid runs about 5x faster than its tanh on these, decoding's largest tensors.
+  PyTorch's CPU sigmoid runs much faster than its tanh on these, decoding's largest tensors.
 * Dropout is GTS's, placed where GTS places it, with one exception: GTS draws a new dropout mask
   on the candidate embeddings at every decoding step; here one mask is drawn per problem per
   forward pass, which is what lets their projection be computed once.
@@ -170,7 +170,7 @@ class TreeDecoder(nn.Module):
     def attend(self, goal, batch, src: Sources):
         """TreeAttn: weights [n, T] of n (dropped-out) goals over their problems' memory tokens."""
         # GTS's v . tanh(a) + c is computed as (2v) . sigmoid(2a) + (c - sum(v)): the same function,
-        # since tanh(a) = 2 sigmoid(2a) - 1, but PyTorch's CPU sigmoid runs about 5x faster than its
+        # since tanh(a) = 2 sigmoid(2a) - 1, but PyTorch's CPU sigmoid runs much faster than its
         # tanh, and this [n, T, H] elementwise op is the largest of decoding (keys hold 2a's memory
         # part). In place on the gathered copy: the biggest tensors of the decoder, allocated once
         # (index_select, whose backward is an index_add, not an accumulating index_put).
@@ -250,7 +250,7 @@ class TreeDecoder(nn.Module):
         if idle and torch.is_grad_enabled():
             # A zero term keeps the layers this batch did not use in the graph, so every parameter
             # gets a gradient every step and data-parallel training need not search the autograd
-            # graph for unused ones (DDP's find_unused_parameters costs ~4% of a CPU step).
+            # graph for unused ones (DDP's find_unused_parameters costs time every step).
             logits = logits + 0.0 * sum(p.sum() for m in idle for p in m.parameters())
         S = target.size(1)
         return TreeOutput(

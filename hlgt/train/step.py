@@ -28,7 +28,7 @@ def seed_everything(seed: int) -> None:
 
 def make_optimizer(cfg: Config, model: nn.Module):
     """Adam and its step schedule for a model already on its device. Fused: one operator updates
-    every parameter (CPU and CUDA alike), where the per-parameter loop dispatches about 800."""
+    every parameter (CPU and CUDA alike), where the per-parameter loop dispatches several per parameter."""
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, fused=True)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(cfg.train.lr_step, 1), gamma=cfg.train.lr_gamma)
     return opt, sched
@@ -117,9 +117,8 @@ AHEAD = 2
 
 def planned(batches: Iterable, plan: Callable, device: torch.device) -> Iterator:
     """``plan(batch)`` for each of ``batches``, in order. On a GPU a thread collates and plans up to
-    ``AHEAD`` batches before the step that takes them: that is Python on the host (about 5 ms a
-    batch of 64 on Math23K), which inline would run between two steps' launches while the GPU's
-    queue drains; a step's own host calls (the autograd engine, cuDNN, kernel launches) release
+    ``AHEAD`` batches before the step that takes them: that is Python on the host, which inline
+    would run between two steps' launches while the GPU's queue drains; a step's own host calls (the autograd engine, cuDNN, kernel launches) release
     the GIL, and the thread's work fits beside them. On the CPU the thread would only take a core
     from the step: planned inline. ``plan`` runs on the CPU alone, so the thread makes no CUDA call
     that could break a graph being captured meanwhile."""
