@@ -71,8 +71,7 @@ def make_batch(problems, extra_pad: int = 0) -> Batch:
         node_type=torch.cat([p["node_type"] for p in problems]), edge_index=edge_index,
         edge_type=torch.cat([p["edge_type"] for p in problems]),
         line_index=torch.as_tensor(np.stack([ls, ld])).long().view(2, -1),
-        target=torch.zeros(B, 1, dtype=torch.long), target_mask=torch.ones(B, 1, dtype=torch.bool),
-        answers=[0.0] * B)
+        target=torch.zeros(B, 1, dtype=torch.long), target_mask=torch.ones(B, 1, dtype=torch.bool))
 
 
 PROBLEMS = [problem(1, 12, 7, 18), problem(2, 5, 3, 5), problem(3, 9, 9, 30)]

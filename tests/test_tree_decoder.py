@@ -166,13 +166,15 @@ def test_batched_equals_separate():
     dec = decoder(C=2)
     inputs, targets, nqs, lengths = make_batch(2, B=3, H=16, n_consts=2)
     out = dec(**inputs)
+    trees = tree_layout(inputs["target"], inputs["target_mask"], N_OPS)
+    batch_index, position = trees.goal_batch, trees.goal_node % inputs["target"].size(1)
     nll = F.cross_entropy(out.logits, out.gold, reduction="none")
-    per_problem = torch.zeros(3, dtype=nll.dtype).index_add_(0, out.batch_index, nll)
+    per_problem = torch.zeros(3, dtype=nll.dtype).index_add_(0, batch_index, nll)
     for b in range(3):
         alone = dec(**select(inputs, b, lengths[b], max(nqs[b], 1)))
         assert torch.allclose(per_problem[b], alone.logits.log_softmax(-1).gather(1, alone.gold[:, None]).sum().neg())
-        rows = out.batch_index == b
-        assert sorted(out.position[rows].tolist()) == list(range(len(targets[b])))
+        rows = batch_index == b
+        assert sorted(position[rows].tolist()) == list(range(len(targets[b])))
 
 
 def test_a_padded_layout_gives_each_real_row_its_logits_and_position():
@@ -194,12 +196,13 @@ def test_a_padded_layout_gives_each_real_row_its_logits_and_position():
     real = padded.gold != IGNORE
     assert int(real.sum()) == len(out.gold) < len(padded.gold)
 
-    def by_place(o, rows):
-        keys = (o.batch_index[rows] * 100 + o.position[rows]).tolist()
+    def by_place(o, layout, width, rows):
+        keys = (layout.goal_batch[rows] * 100 + layout.goal_node[rows] % width).tolist()
         order = sorted(range(len(keys)), key=keys.__getitem__)
         return [keys[i] for i in order], o.logits[rows][order], o.gold[rows][order]
 
-    want, got = by_place(out, slice(None)), by_place(padded, real)
+    want = by_place(out, tree_layout(inputs["target"], inputs["target_mask"], N_OPS), S, slice(None))
+    got = by_place(padded, trees, S + 3, real)
     assert got[0] == want[0] and torch.equal(got[2], want[2])
     torch.testing.assert_close(got[1], want[1])
 

@@ -44,7 +44,6 @@ class Batch:
     line_index: torch.Tensor  # [2, L] (src edge, dst edge) batch-global edge ids
     target: torch.Tensor  # [B, S] gold prefix as decoder ids; 0-padded
     target_mask: torch.Tensor  # [B, S] True on real target tokens
-    answers: list[float]
     # check() passed: collate checks every batch it builds, on the CPU. Not an __init__ argument,
     # so a batch changed with dataclasses.replace is unchecked again; to() keeps it.
     checked: bool = dataclasses.field(default=False, init=False)
@@ -130,7 +129,6 @@ class Encoded:
     the gold prefix as the vocabulary's ids (``encode``)."""
 
     id: str
-    answer: float
     words: np.ndarray  # [T] word ids, NUM at every quantity position
     target: np.ndarray  # [S] decoder ids of the gold prefix; empty when it is missing or unrepresentable
     arrays: dict[str, np.ndarray]  # ARRAY_COLUMNS, each one flat array
@@ -144,7 +142,7 @@ def encode(rows: Sequence[Mapping[str, Any]], vocab: Vocab) -> list[Encoded]:
     for r in rows:
         words = np.fromiter((vocab.word_id(str(t)) for t in r["tokens"]), dtype=np.int64, count=len(r["tokens"]))
         words[np.asarray(r["num_pos"], dtype=np.int64)] = num_id
-        out.append(Encoded(id=str(r["id"]), answer=float(r["answer"]), words=words,
+        out.append(Encoded(id=str(r["id"]), words=words,
                            target=np.asarray(_target_ids(r["prefix"], vocab), dtype=np.int64),
                            arrays={c: np.asarray(r[c], dtype=t).reshape(-1) for c, t in ARRAY_COLUMNS.items()}))
     return out
@@ -216,7 +214,6 @@ def collate(
         **_graph(column, parts),
         target=torch.from_numpy(_pad(targets, t_counts, s)),
         target_mask=torch.from_numpy(np.arange(s)[None, :] < t_counts[:, None]),
-        answers=[r.answer for r in rows],
     )
     batch.check()
     batch.checked = True

@@ -104,9 +104,8 @@ class TreeOutput:
     """Teacher-forced decoder output, one row per real target token (rows in level order)."""
 
     logits: torch.Tensor  # [N, V] V = ops + constants + max quantities of the batch
-    gold: torch.Tensor  # [N] gold output id
-    batch_index: torch.Tensor  # [N] problem of each row
-    position: torch.Tensor  # [N] target position of each row
+    gold: torch.Tensor  # [N] gold output id (a row's problem and target position: the layout's
+    # goal_batch and goal_node % S)
 
 
 class TreeDecoder(nn.Module):
@@ -252,13 +251,7 @@ class TreeDecoder(nn.Module):
             # gets a gradient every step and data-parallel training need not search the autograd
             # graph for unused ones (DDP's find_unused_parameters costs time every step).
             logits = logits + 0.0 * sum(p.sum() for m in idle for p in m.parameters())
-        S = target.size(1)
-        return TreeOutput(
-            logits=logits,
-            gold=trees.goal_gold,
-            batch_index=trees.goal_batch,
-            position=trees.goal_node % S,
-        )
+        return TreeOutput(logits=logits, gold=trees.goal_gold)
 
     def _subtrees(self, trees: TreeLayout, src: Sources) -> tuple[list[torch.Tensor], bool]:
         """Subtree embeddings of every level in sub order, deepest level first: leaves are candidate
