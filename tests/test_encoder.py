@@ -271,6 +271,18 @@ def test_reset_parameters_is_seeded():
     assert torch.equal(enc.embedding.weight[0], torch.zeros(EMB))                 # padding row stays zero
 
 
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_reset_parameters_redraws_every_parameter(arm):
+    # Each graph stack resets its own layers (PyG's convention): none is left with stale values.
+    enc = make_encoder(**ARMS[arm])
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.fill_(123.0)
+    enc.reset_parameters()
+    stale = [name for name, p in enc.named_parameters() if (p == 123.0).any()]
+    assert not stale
+
+
 def literal_relation_aware_attention(conv: RelationAwareConv, x, edge_index, edge_type):
     """RAT-SQL's layer written node by node: each node's softmax over itself and its in-edges."""
     M, D = conv.heads, conv.head_dim

@@ -112,10 +112,13 @@ class Encoder(nn.Module):
         self._init_fusion_gain()
 
     def reset_parameters(self) -> None:
-        for module in self.modules():
-            if module is not self and hasattr(module, "reset_parameters"):
+        for module in self.children():  # the graph stacks reset their layers (PyG's convention)
+            if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
-        self._init_fusion_gain()
+        if self.kind != "none":
+            for layer in self.fusion:
+                layer.reset_parameters()
+            self._init_fusion_gain()
 
     def _init_fusion_gain(self) -> None:
         if self.kind != "none":
@@ -207,6 +210,11 @@ class HLGTGraphEncoder(nn.Module):
         self.edge_layers = (nn.ModuleList(LineGraphConv(hidden, heads) for _ in range(layers))
                             if line_graph else None)
 
+    def reset_parameters(self) -> None:
+        self.edge_embedding.reset_parameters()
+        for layer in [*self.node_layers, *(self.edge_layers or [])]:
+            layer.reset_parameters()
+
     def layout(self, node_type: Tensor, edge_index: Tensor, group_sizes: tuple[int, ...] | None = None) -> GraphLayout:
         """The layout every layer of a forward shares (``GraphLayout``), for this encoder's node types."""
         return GraphLayout.of(edge_index, node_type, self.num_node_types, group_sizes)
@@ -282,6 +290,10 @@ class HGTGraphEncoder(nn.Module):
         self.convs = nn.ModuleList(EdgeTypeHGTConv(hidden, heads, self.node_types, EDGE_TYPES)
                                    for _ in range(layers))
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+
+    def reset_parameters(self) -> None:
+        for layer in [*self.convs, *self.norms]:
+            layer.reset_parameters()
 
     def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
                 line_index: Tensor) -> Tensor:
@@ -375,6 +387,10 @@ class RGATGraphEncoder(nn.Module):
     def __init__(self, hidden: int, heads: int, layers: int):
         super().__init__()
         self.convs = nn.ModuleList(RelationAwareConv(hidden, heads, len(EDGE_TYPES)) for _ in range(layers))
+
+    def reset_parameters(self) -> None:
+        for conv in self.convs:
+            conv.reset_parameters()
 
     def forward(self, x: Tensor, node_type: Tensor, edge_index: Tensor, edge_type: Tensor,
                 line_index: Tensor) -> Tensor:
