@@ -18,6 +18,7 @@ from hlgt.data.annotate import BATCH_SIZE
 from hlgt.data.build import bench, build
 from hlgt.data.shards import MANIFEST
 from hlgt.data.splits import MAWPS_FOLD_FILES, SPLITS
+from hlgt.data.srl import ANNOTATORS
 
 PROG = "hlgt-build"
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="MAWPS: no held-out validation, its problems train (data.mawps_valid=false)")
     p.add_argument("--data-dir", default=None,
                    help="real datasets folder (default $HLGT_DATA_DIR or ../shared/datasets)")
-    p.add_argument("--annotator", default="offline", help="offline | ltp | hanlp")
+    p.add_argument("--annotator", default="offline", choices=list(ANNOTATORS), help="default offline")
     p.add_argument("--annotator-model", default="", help="LTP / HanLP model id or local directory")
     p.add_argument("--min-const-freq", type=non_negative_int, default=None)
     p.add_argument("--min-word-freq", type=non_negative_int, default=None)

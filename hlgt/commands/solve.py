@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hlgt.commands.cli import positive_int, run_command
 from hlgt.data.problems import MAX_NOTES
+from hlgt.data.srl import ANNOTATORS
 from hlgt.solve import explain_text, solve_file, solve_text
 
 PROG = "hlgt-solve"
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a trained model folder (<run>/best; the last epoch's: <run>/checkpoint/model)")
     p.add_argument("--lang", choices=["zh", "en"], default=None,
                    help="default: the model's dataset's; for the sample data's, guessed from each text")
-    p.add_argument("--annotator", default=None, help="offline | ltp | hanlp (default: the model's)")
+    p.add_argument("--annotator", default=None, choices=list(ANNOTATORS), help="default: the model's")
     p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
     p.add_argument("--file", default=None,
                    help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir); "
