@@ -79,6 +79,14 @@ def test_equation_read_as_written():
     assert verdict.value_correct and not verdict.equation_correct
 
 
+def test_a_prediction_evaluates_exactly_as_solve_evaluates_it():
+    # In floats 5.3 - 2.1 - 3.2 is -4.4e-16, and 1 / that a "value" of -2.25e15.
+    exact = row("e", [5.3, 2.1, 3.2], ["5.3", "2.1", "3.2"], ["-", "-", "N0", "N1", "N2"], 0.0)
+    assert score(exact, ["-", "-", "N0", "N1", "N2"]).predicted_value == 0.0
+    divided = score(exact, ["/", "1", "-", "-", "N0", "N1", "N2"])
+    assert divided.predicted_value is None and "division by zero" in divided.error and not divided.value_correct
+
+
 def test_accuracies_and_buckets(scored):
     report = summarise(scored)
     assert report.n == 6

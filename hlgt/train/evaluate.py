@@ -58,7 +58,7 @@ from hlgt import metrics as M
 from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
 from hlgt.draw import bar_chart
-from hlgt.expr import ExprError, eval_prefix, format_answer, infix_with_numbers, numbers_written, values_match
+from hlgt.expr import ExprError, as_written, eval_prefix, format_answer, infix_with_numbers, numbers_written, values_match
 from hlgt.inference import predict
 from hlgt.pages import PageFolder
 from hlgt.storage import replacing, write_text
@@ -102,7 +102,7 @@ def score(row: Mapping[str, Any], predicted: Sequence[str]) -> Scored:
     predicted = [str(t) for t in predicted]
     predicted_value, error = None, None
     try:
-        predicted_value = eval_prefix(predicted, values)
+        predicted_value = eval_prefix(predicted, as_written(values))  # as solve and the pages evaluate it
     except ExprError as e:
         error = str(e)
     return Scored(
