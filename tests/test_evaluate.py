@@ -1,6 +1,7 @@
 """Scoring on hand-made predictions: value and equation accuracy, Table-4 buckets, predictions
 file; the command on a model trained briefly on the sample data (``model_dir``, tests/conftest.py)."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,19 @@ def test_cli_scores_a_split_from_the_model_folder(model_dir, tmp_path, capsys, b
     assert f"value accuracy {100 * value_acc:.1f}%" in out and ("bfloat16" in out) == bf16
     assert (tmp_path / "numbers_test.md").is_file()
     assert solver.cfg.bf16_inference is False  # --bf16 is the command's setting, not written into the model
+
+
+def test_cli_decodes_as_the_model_says_unless_told(model_dir, tmp_path, capsys):
+    # A model saved with model.bf16_inference decodes so, as solve and training's own test do;
+    # --no-bf16 turns it off for this command.
+    folder = tmp_path / "bf16-model"
+    shutil.copytree(model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model.bf16_inference": True}))
+    assert main(["--model", str(folder), "--split", "test"]) == 0
+    assert "bfloat16 GRU products" in capsys.readouterr().out
+    assert main(["--model", str(folder), "--split", "test", "--no-bf16"]) == 0
+    assert "float32 GRU products" in capsys.readouterr().out
 
 
 def test_cli_takes_no_abbreviated_option(capsys):

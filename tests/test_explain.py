@@ -328,7 +328,7 @@ def test_evaluate_explains_the_wrongly_solved_problems(model_dir, tmp_path, caps
     from hlgt.train.evaluate import read_predictions
 
     out = tmp_path / "eval"
-    assert main(["--model", str(model_dir), "--split", "test", "--out", str(out), "--explain", "3"]) == 0
+    assert main(["--model", str(model_dir), "--split", "test", "--out", str(out), "--explain-wrong", "3"]) == 0
     wrong = [p for p in read_predictions(out / "predictions_test.jsonl") if not p["value_correct"]]
     pages = sorted(p for p in (out / "explain_test").glob("*.html") if p.name != "index.html")
     assert len(pages) == min(3, len(wrong)) > 0
@@ -348,11 +348,11 @@ def test_evaluate_explain_needs_a_writable_out(tmp_path, capsys):
     from hlgt.commands.evaluate import main
 
     with pytest.raises(SystemExit):
-        main(["--model", "m", "--explain", "3"])
+        main(["--model", "m", "--explain-wrong", "3"])
     assert "give --out" in capsys.readouterr().err
     (tmp_path / "f").write_text("x")
     with pytest.raises(NotADirectoryError):  # before the model is loaded: there is none
-        main(["--model", "no/model", "--out", str(tmp_path / "f"), "--explain", "3"])
+        main(["--model", "no/model", "--out", str(tmp_path / "f"), "--explain-wrong", "3"])
 
 
 def test_report_draws_a_problem_from_its_raw_file(tmp_path, capsys):

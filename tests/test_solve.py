@@ -175,10 +175,16 @@ def test_file_and_text_are_one_or_the_other(capsys):
         assert "--file and --out go together" in capsys.readouterr().err
 
 
-def test_a_beam_of_zero_is_refused(capsys):
+def test_a_beam_of_zero_or_beyond_the_config_s_limit_is_refused(capsys):
+    from hlgt.commands.evaluate import main as evaluate
+
     with pytest.raises(SystemExit):
         main(["--model", "m", "--beam-size", "0", EN])
     assert "argument --beam-size: must be >= 1, got 0" in capsys.readouterr().err
+    for command, argv in ((main, [EN]), (evaluate, [])):  # before torch tries to allocate it
+        with pytest.raises(SystemExit):
+            command(["--model", "m", "--beam-size", "100000000000", *argv])
+        assert "argument --beam-size: must be at most 256 (model.beam_size)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("out, message", [

@@ -7,8 +7,8 @@ parse, an annotator model that cannot load), KeyError and OSError (missing, unre
 unwritable files and folders). Anything else is a bug and keeps its traceback. Ctrl-C ends any
 command with one line and exit status 130.
 
-``positive_int``, ``non_negative_int``, ``positive_float`` and ``device`` are argparse types: argparse names the option
-of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a command's own flags set.
+``positive_int``, ``non_negative_int``, ``positive_float``, ``beam_size`` and ``device`` are argparse
+types: argparse names the option of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a command's own flags set.
 """
 from __future__ import annotations
 
@@ -64,6 +64,16 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _int(text, 0, ">= 0")
+
+
+def beam_size(text: str) -> int:
+    """A beam width the model config allows (``model.beam_size``), checked before torch allocates it."""
+    from hlgt.config import MAX_BEAM
+
+    value = _int(text, 1, ">= 1")
+    if value > MAX_BEAM:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BEAM} (model.beam_size), got {value}")
+    return value
 
 
 def positive_float(text: str) -> float:

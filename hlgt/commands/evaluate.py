@@ -1,8 +1,8 @@
 """hlgt-evaluate (python -m hlgt.train.evaluate): a trained model on a split of its shards or on a
 problem file (``hlgt.train.evaluate``): both accuracies, Table 4, the predictions file, and with
-``--explain N`` pages for N wrongly solved problems.
+``--explain-wrong N`` pages for N wrongly solved problems.
 
-    hlgt-evaluate --model runs/<run>/best --split test [--out DIR] [--explain N]
+    hlgt-evaluate --model runs/<run>/best --split test [--out DIR] [--explain-wrong N]
     hlgt-evaluate --model runs/<run>/best --data problems.jsonl --out DIR
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from hlgt import metrics as M
-from hlgt.commands.cli import device, non_negative_int, positive_int, run_command
+from hlgt.commands.cli import beam_size, device, non_negative_int, positive_int, run_command
 from hlgt.config import Config
 from hlgt.data.annotate import FileCounts, file_chunks
 from hlgt.data.build import ensure_shards
@@ -51,14 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shards", default=None,
                    help="a prebuilt shard folder (default: built or reused from the run config)")
     p.add_argument("--data-dir", default=None, help="benchmark files (default: the run config's)")
-    p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 GRU products while decoding (model.bf16_inference)")
+    p.add_argument("--beam-size", type=beam_size, default=None, help="default: the model's")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                   help="bfloat16 GRU products while decoding, or not (--no-bf16); default: the model's "
+                        "model.bf16_inference")
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None, help="write predictions_<split>.jsonl and the Table-4 files here")
-    p.add_argument("--explain", type=positive_int, default=None, metavar="N",
-                   help="with --out: the pages of the first N wrongly solved problems, in OUT/explain_<split>/")
+    p.add_argument("--explain-wrong", type=positive_int, default=None, metavar="N",
+                   help="with --out: the pages of the first N wrongly solved problems, in OUT/explain_<split>/ "
+                        "(with --data: OUT/explain_<file name without suffix>/)")
     return p
 
 
@@ -67,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.data and (args.split or args.shards or args.data_dir):
         p.error("--data evaluates a file: it takes no --split, --shards or --data-dir")
-    if args.explain and not args.out:
-        p.error("--explain N writes its pages under --out DIR: give --out")
+    if args.explain_wrong and not args.out:
+        p.error("--explain-wrong N writes its pages under --out DIR: give --out")
     name = Path(args.data).stem if args.data else args.split or "test"
     out = check_out_folder(args.out) if args.out else None
-    pages = PageFolder(out / f"explain_{name}", option="--out") if args.explain else None  # before any work
+    pages = PageFolder(out / f"explain_{name}", option="--out") if args.explain_wrong else None  # before any work
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     solver, flat = load_model(args.model, device=args.device)
@@ -80,20 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     # A file's chunks are read as they are used, within the time measured.
     chunks, what, progress = _problems(args, cfg, solver, counts, name, model_lang(flat))
     started = time.perf_counter()  # after the split's shards are read (or built)
-    beam_size = args.beam_size or solver.cfg.beam_size
+    beam = args.beam_size or solver.cfg.beam_size
+    bf16 = solver.cfg.bf16_inference if args.bf16 is None else args.bf16
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     with replacing(out / f"predictions_{name}.jsonl") if out else contextlib.nullcontext() as sink:
-        tally, wrong = evaluate_chunks(solver, chunks, variant=cfg.data.graph, beam_size=beam_size,
-                                       batch_size=args.batch_size, device=args.device, bf16_inference=args.bf16,
-                                       sink=sink, progress=progress, keep_wrong=args.explain or 0)
+        tally, wrong = evaluate_chunks(solver, chunks, variant=cfg.data.graph, beam_size=beam,
+                                       batch_size=args.batch_size, device=args.device, bf16_inference=bf16,
+                                       sink=sink, progress=progress, keep_wrong=args.explain_wrong or 0)
         if not tally.n:
             raise ValueError(f"{what}: no problem can be scored")
     seconds = time.perf_counter() - started
     report = tally.report()
     timed = "end to end (read, prepared, decoded and scored)" if args.data else "(decoded and scored)"
     print(f"[evaluate] {args.model} on {what} ({report.n} problems scored, "
-          f"{'bfloat16' if args.bf16 else 'float32'} GRU products, {args.device}): value accuracy "
+          f"{'bfloat16' if bf16 else 'float32'} GRU products, {args.device}): value accuracy "
           f"{M.percent(report.value_acc)}%, equation accuracy {M.percent(report.equation_acc)}%, "
           f"{report.n / max(seconds, 1e-9):.1f} problems/s {timed}")
     not_scored = sum(counts.not_scored.values())
@@ -105,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[evaluate] wrote {out / f'predictions_{name}.jsonl'}")
     if pages is not None:
         with pages:
-            index = explain_wrong(pages, args.model, solver, flat, wrong, report, beam_size=beam_size,
-                                  device=args.device, bf16_inference=args.bf16)
+            index = explain_wrong(pages, args.model, solver, flat, wrong, report, beam_size=beam,
+                                  device=args.device, bf16_inference=bf16)
         print(f"[evaluate] wrote {len(pages.pages)} pages of wrongly solved problems: {index}")
     return 0
 

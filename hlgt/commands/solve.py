@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hlgt.commands.cli import positive_int, run_command
+from hlgt.commands.cli import beam_size, run_command
 from hlgt.data.problems import MAX_NOTES
 from hlgt.data.srl import ANNOTATORS
 from hlgt.solve import explain_text, solve_file, solve_text
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lang", choices=["zh", "en"], default=None,
                    help="default: the model's dataset's; for the sample data's, guessed from each text")
     p.add_argument("--annotator", default=None, choices=list(ANNOTATORS), help="default: the model's")
-    p.add_argument("--beam-size", type=positive_int, default=None, help="default: the model's")
+    p.add_argument("--beam-size", type=beam_size, default=None, help="default: the model's")
     p.add_argument("--file", default=None,
                    help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir); "
                         "\"original_text\", as the datasets name it, is read as \"text\"")

@@ -26,9 +26,9 @@ second (a file's end to end: read, prepared, decoded and scored; a split's once 
 
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test [--bf16] [--out DIR]
     python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --data svamp.jsonl --out DIR
-    python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test --out DIR --explain 20
+    python -m hlgt.train.evaluate --model runs/mawps-f0-full-30ep/best --split test --out DIR --explain-wrong 20
 
-``--explain N`` writes, into ``DIR/explain_<split>/``, the pages (``hlgt.explain``) of the first N
+``--explain-wrong N`` writes, into ``DIR/explain_<split>/``, the pages (``hlgt.explain``) of the first N
 problems solved wrongly, the gold equation beside the model's, and an index with the accuracy by
 number of quantities (Table 4) as a chart.
 
