@@ -477,7 +477,7 @@ def explain_problem(dataset: str, problem_id: str, out: str, data_dir: str | Non
     """The page of one problem, straight from its raw file, with ``annotator`` and no model
     (``data_page``); the page's file is checked before anything is read. Returns a
     line saying what was written."""
-    page = check_page_file(out, "--out")
+    page = check_page_file(out, "--explain")
     annotate = make_annotator(annotator, annotator_model)
     try:
         getattr(annotate, "load", lambda: None)()

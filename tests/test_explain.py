@@ -359,16 +359,17 @@ def test_report_draws_a_problem_from_its_raw_file(tmp_path, capsys):
     from hlgt.commands.report import main
 
     page = tmp_path / "p.html"
-    assert main(["--dataset", "sample", "--explain", "en-08", "--out", str(page), "--graph", "parse"]) == 0
+    assert main(["--dataset", "sample", "--id", "en-08", "--explain", str(page), "--graph", "parse"]) == 0
     assert "problem en-08 of sample" in capsys.readouterr().out
     edges = PageParts(page.read_text(encoding="utf-8")).edges
     assert edges and {e["data-type"] for e in edges} <= {"DEP", "BAE", "LES", "DT"}
     with pytest.raises(KeyError, match="no problem with id 'nope'"):
-        main(["--dataset", "sample", "--explain", "nope", "--out", str(page)])
+        main(["--dataset", "sample", "--id", "nope", "--explain", str(page)])
     with pytest.raises(FileNotFoundError, match="there is no folder"):  # before the files are read
-        main(["--dataset", "sample", "--explain", "nope", "--out", str(tmp_path / "missing" / "p.html")])
-    for argv, message in [(["--explain", "en-08", "--out", str(page)], "give one --dataset"),
-                          (["--dataset", "sample", "--out", str(page)], "--out: only with --explain")]:
+        main(["--dataset", "sample", "--id", "nope", "--explain", str(tmp_path / "missing" / "p.html")])
+    for argv, message in [(["--id", "en-08", "--explain", str(page)], "give one --dataset and its --id"),
+                          (["--dataset", "sample", "--explain", str(page)], "give one --dataset and its --id"),
+                          (["--dataset", "sample", "--id", "en-08"], "--id: only with --explain PAGE")]:
         with pytest.raises(SystemExit):
             main(argv)
         assert message in capsys.readouterr().err

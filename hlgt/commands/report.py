@@ -1,9 +1,9 @@
 """hlgt-report (python -m hlgt.data.report): what the readers and cleaning make of each dataset
-(read, kept, dropped by reason; ``hlgt.data.report``), or with ``--explain ID`` one raw problem's
-graph drawn as a page, before any training.
+(read, kept, dropped by reason; ``hlgt.data.report``), or with ``--id ID --explain PAGE`` one raw
+problem's graph drawn as a page, before any training.
 
     hlgt-report --data-dir ../shared/datasets
-    hlgt-report --dataset math23k --explain 65 --out page.html
+    hlgt-report --dataset math23k --id 65 --explain page.html
 """
 from __future__ import annotations
 
@@ -39,23 +39,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=positive_int, default=MAX_TOKENS,
                         help="longer problems are dropped, in every split")
     explaining = parser.add_argument_group("one problem as a page, instead of the report")
-    explaining.add_argument("--explain", default=None, metavar="ID",
-                            help="draw the problem of this id (one --dataset) from its raw file as an HTML page")
-    explaining.add_argument("--out", default=None, metavar="PAGE", help="the page's file")
+    explaining.add_argument("--id", default=None, help="the problem drawn (one --dataset), from its raw file")
+    explaining.add_argument("--explain", default=None, metavar="PAGE", help="the HTML page's file")
     explaining.add_argument("--split", default=None, choices=list(SPLITS), help="look in this split's file only")
     explaining.add_argument("--annotator", default=None, choices=list(ANNOTATORS), help="default: offline")
     explaining.add_argument("--annotator-model", default=None, help="hub id or local folder for ltp / hanlp")
     explaining.add_argument("--graph", default=None, choices=sorted(GRAPH_VARIANTS),
                             help="the graph arm drawn (data.graph; default srl)")
     args = parser.parse_args(argv)
-    page_flags = [f for f, v in (("--out", args.out), ("--split", args.split), ("--annotator", args.annotator),
+    page_flags = [f for f, v in (("--id", args.id), ("--split", args.split), ("--annotator", args.annotator),
                                  ("--annotator-model", args.annotator_model), ("--graph", args.graph)) if v is not None]
     if args.explain is None and page_flags:
-        parser.error(f"{', '.join(page_flags)}: only with --explain ID")
-    if args.explain is not None and (args.out is None or len(args.dataset or []) != 1):
-        parser.error("--explain ID draws one problem: give one --dataset and the page's --out file")
+        parser.error(f"{', '.join(page_flags)}: only with --explain PAGE")
+    if args.explain is not None and (args.id is None or len(args.dataset or []) != 1):
+        parser.error("--explain PAGE draws one problem: give one --dataset and its --id")
     if args.explain is not None:
-        done = explain_problem(args.dataset[0], args.explain, args.out, args.data_dir, args.split,
+        done = explain_problem(args.dataset[0], args.id, args.explain, args.data_dir, args.split,
                                args.annotator or "offline", args.annotator_model or "", args.graph or "srl")
         print(f"[report] {done}")
         return 0

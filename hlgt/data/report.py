@@ -2,7 +2,7 @@
 
     python -m hlgt.data.report --data-dir ../shared/datasets [--dataset NAME ...] [--fold K|all]
         [--mawps-folds grouped|graph2tree|graph2tree-1921]
-    python -m hlgt.data.report --dataset math23k --explain ID --out page.html [--split S]
+    python -m hlgt.data.report --dataset math23k --id ID --explain page.html [--split S]
         [--annotator offline|ltp|hanlp] [--annotator-model M] [--graph srl|parse|quantity_cell|nc]
 
 For every split it prints the records in the file(s), the reader's skips by reason (the first few
@@ -17,7 +17,7 @@ real training file, so they are printed only when it is present). A missing file
 not a failure; the exit status is 0 unless the data folder does not exist (2) or a dataset named
 with ``--dataset`` has no readable split at all (1).
 
-``--explain ID`` draws one problem instead, straight from its raw file, with the annotator given
+``--id ID --explain PAGE`` draws one problem instead, straight from its raw file, with the annotator given
 (``hlgt.explain.data_page``: its tokens and quantities, its gold equation and the graph, as an
 HTML page): an annotator can be judged before anything is trained.
 """
