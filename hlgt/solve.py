@@ -7,9 +7,12 @@
     python -m hlgt.solve --model runs/sample-full-seed1/best --explain p.html "小明有3个苹果，吃了1个，还剩几个？"
     python -m hlgt.solve --model runs/sample-full-seed1/best --file problems.jsonl --explain-dir pages
 
-The path is the training path, applied to one text: tokenise as the training files are segmented
-(``hlgt.data.text``: Chinese through jieba, English into words, numbers and punctuation, every
-number one token; Chinese numerals are words unless the text has no number) →
+The path is the training path, applied to one text: a file record's ``segmented_text`` split on
+spaces (the benchmark files' own tokens, as training reads them), else the text tokenised in the
+style of the training files (``hlgt.data.text``: Chinese through jieba, English into words,
+numbers and punctuation, every number one token; Chinese numerals are words unless the text has
+no number; jieba's words are not always the files' segmentation, so a word can be unknown to the
+model where the file's tokens are not) →
 ``extract_quantities`` (a text without quantities is refused with a message) → the model's configured annotator (or
 ``--annotator``) → ``build_graph`` → one shard row → ``hlgt.inference.predict`` → prefix → infix
 with the text's numbers substituted, evaluated exactly for the answer. A ``--file`` of problems is
@@ -48,6 +51,7 @@ from hlgt.data.schema import to_row
 from hlgt.data.splits import LANGS
 from hlgt.data.srl import AnnotationError, make_annotator
 from hlgt.data.text import tokenize
+from hlgt.data.vocab import UNK
 from hlgt.explain import EMPTY_GRAPH, example_row
 from hlgt.expr import ExprError, as_written, eval_prefix, infix_with_numbers
 from hlgt.pages import PageFolder, check_page_file
@@ -68,21 +72,23 @@ class Solution:
     tokens: list[str]
     numbers: list[str]  # the quantities N0..Nk as written
     not_read: list[str]  # tokens with digits that are no quantity (MP3, 3/0, a 20-digit run)
+    unknown: list[str]  # words the model's vocabulary lacks: it reads each as <unk>
     prefix: list[str]  # the model's equation over N0..Nk and constants
     equation: str  # infix, numbers substituted
     answer: float | None
     error: str | None  # why the equation could not be evaluated
 
 
-def problem_row(text: str, lang: str | None, annotator) -> dict:
-    """One raw text as a shard row: tokens, quantities, the limits, annotation and graph.
-    ``ValueError`` says why a text cannot be solved (empty, too long, no quantities, ...)."""
+def problem_row(text: str, lang: str | None, annotator, segmented: tuple[str, ...] | None = None) -> dict:
+    """One raw text (or its ``segmented`` tokens, when given) as a shard row: tokens, quantities,
+    the limits, annotation and graph. ``ValueError`` says why a text cannot be solved (empty, too
+    long, no quantities, the annotator failed on it, ...)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("empty problem text")
     if len(text) > MAX_TEXT_CHARS:
         raise ValueError(f"the problem text has {len(text)} characters; at most {MAX_TEXT_CHARS} are read")
     lang = lang or guess_lang(text)
-    tokens, quantities = extract_quantities(tokenize(text, lang))
+    tokens, quantities = extract_quantities(list(segmented) if segmented is not None else tokenize(text, lang))
     if not quantities:
         raise ValueError("no quantities found in the text: write its numbers in digits (in a Chinese text "
                          "without digits, numerals before a measure word are read, as in 三个, and 一半)")
@@ -91,16 +97,24 @@ def problem_row(text: str, lang: str | None, annotator) -> dict:
         raise ValueError(over[1])
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
                       answer=math.nan)
-    return to_row(example, build_graph(example, annotator.annotate(tokens, lang)))
+    try:
+        annotation = annotator.annotate(tokens, lang)
+    except AnnotationError as error:  # one text the annotator cannot take: a user error, not a bug
+        raise ValueError(f"the annotator failed on this text: {error}") from None
+    return to_row(example, build_graph(example, annotation))
 
 
-def partial_row(text: str | None, lang: str | None, annotator) -> tuple[dict, str | None]:
+def partial_row(text: str | None, lang: str | None, annotator,
+                segmented: tuple[str, ...] | None = None) -> tuple[dict, str | None]:
     """What can be read of a text that ``problem_row`` refuses, for a page that shows why: its
     tokens and quantities (none of a text past ``MAX_TEXT_CHARS``) and its graph when one can be
     built; the second item says why none could."""
     readable = isinstance(text, str) and bool(text.strip()) and len(text) <= MAX_TEXT_CHARS
     lang = lang or (guess_lang(text) if readable else "en")
-    tokens, quantities = extract_quantities(tokenize(text, lang)) if readable else ([], [])
+    if not readable:
+        tokens, quantities = [], []
+    else:
+        tokens, quantities = extract_quantities(list(segmented) if segmented is not None else tokenize(text, lang))
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
                       answer=math.nan)
     return example_row(example, annotator) if tokens else (to_row(example, EMPTY_GRAPH), None)
@@ -112,11 +126,12 @@ def solve_rows(solver, flat: dict, rows: list[dict], beam_size: int | None = Non
 
     prefixes = predict(solver, rows, solver.vocab, variant=flat["data.graph"], batch_size=64,
                        beam_size=beam_size or int(flat["model.beam_size"]), progress=progress)
-    return [solution(row, prefix) for row, prefix in zip(rows, prefixes)]
+    return [solution(row, prefix, solver.vocab) for row, prefix in zip(rows, prefixes)]
 
 
-def solution(row: dict, prefix: list[str]) -> Solution:
-    """A row's answer by a prefix equation, as the user reads it."""
+def solution(row: dict, prefix: list[str], vocab) -> Solution:
+    """A row's answer by a prefix equation, as the user reads it (``vocab``: the model's, whose
+    unknown words are named)."""
 
     numbers = list(row["num_texts"])
     answer, error = None, None
@@ -125,7 +140,8 @@ def solution(row: dict, prefix: list[str]) -> Solution:
     except ExprError as e:
         error = str(e)
     return Solution(lang=row["lang"], tokens=list(row["tokens"]), numbers=numbers, not_read=not_read(row),
-                    prefix=prefix, equation=infix_with_numbers(prefix, numbers), answer=answer, error=error)
+                    unknown=unknown_words(row, vocab), prefix=prefix, equation=infix_with_numbers(prefix, numbers),
+                    answer=answer, error=error)
 
 
 def not_read(row: dict) -> list[str]:
@@ -133,6 +149,21 @@ def not_read(row: dict) -> list[str]:
     cannot use them (``hlgt.data.numbers`` says which numbers are quantities)."""
     slots = set(row["num_pos"])
     return [t for i, t in enumerate(row["tokens"]) if i not in slots and any(c.isdigit() for c in t)]
+
+
+def unknown_words(row: dict, vocab) -> list[str]:
+    """The row's words (its quantities aside) that ``vocab`` lacks, each once in order: the model
+    reads them as ``<unk>``. Most of a text unknown is a text the model cannot read (another
+    language, another segmentation)."""
+    slots = set(row["num_pos"])
+    unknown = [t for i, t in enumerate(row["tokens"]) if i not in slots and vocab.word_id(t) == vocab.word_id(UNK)]
+    return list(dict.fromkeys(unknown))
+
+
+def mostly_unknown(s: Solution) -> bool:
+    """Over half the text's words (its quantities aside) unknown to the model."""
+    unknown = set(s.unknown)
+    return 2 * sum(t in unknown for t in s.tokens) > len(s.tokens) - len(s.numbers)
 
 
 def model_annotator(flat: dict, annotator: str | None):
@@ -174,7 +205,7 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     about = explain.about_model(model_dir, flat)
     try:
         row = problem_row(text, lang, annotate)
-    except (ValueError, AnnotationError) as error:
+    except ValueError as error:
         row, no_graph = partial_row(text, lang, annotate)
         notice = f"{error}; {no_graph}" if no_graph else str(error)
         write_text(page, explain.page(row, flat["data.graph"], notice=notice, about=about,
@@ -184,23 +215,25 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     decoded = explain.decode(solver, row, flat["data.graph"], beam_size)
     write_text(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
                                   line_graph=flat["model.line_graph"]))
-    return solution(row, top(decoded))
+    return solution(row, top(decoded), solver.vocab)
 
 
 @dataclass(frozen=True)
 class Request:
-    """One line of a ``--file``: where it is (``FILE:LINE``), the problem's id and text, or why it
-    cannot be solved."""
+    """One line of a ``--file``: where it is (``FILE:LINE``), the problem's id and text (and its
+    ``segmented_text``'s tokens, when the record has one), or why it cannot be solved."""
     where: str
     id: str
     text: str | None
     error: str | None
+    segmented: tuple[str, ...] | None = None
 
 
 def read_requests(path: str | Path, notes: list[str] | None = None) -> Iterator[Request]:
     """A ``--file``'s lines as requests, read one at a time (on ``\n`` only: a raw U+2028 inside a
     string is no line break): JSON objects with ``text`` (or ``original_text``, the datasets' name
-    for it) and an optional ``id`` (a string or a number; default: the line number). A line that is
+    for it; a benchmark record's ``segmented_text``, when it has one, gives the tokens, as training
+    reads them) and an optional ``id`` (a string or an integer; default: the line number). A line that is
     not such an object gets an error naming the file and line, blank lines nothing; a repeated id is
     made unique, with a note in ``notes``. The file is checked now: one whose first line is not
     UTF-8 text is no JSON Lines file at all."""
@@ -231,17 +264,22 @@ def _requests(path: Path, notes: list[str]) -> Iterator[Request]:
             pid = record.get("id", number) if isinstance(record, dict) else number
             if not isinstance(pid, (str, int)) or isinstance(pid, bool):
                 yield Request(where, ids.take(str(number)), None,
-                              f"{where}: \"id\" is {json.dumps(pid)[:40]}: give a string or a number, or no id")
+                              f"{where}: \"id\" is {json.dumps(pid)[:40]}: give a string or an integer, or no id")
                 continue
             unique = ids.take(str(pid))
             if unique != str(pid):
                 notes.append(f"{where}: id {str(pid)!r} repeats an earlier line's: answered as {unique!r}")
             text = record.get("text", record.get("original_text")) if isinstance(record, dict) else None
+            segmented = record.get("segmented_text") if isinstance(record, dict) else None
+            if segmented is not None and not isinstance(segmented, str):
+                yield Request(where, unique, None, f"{where}: \"segmented_text\" is not a string")
+                continue
+            text = segmented if text is None else text
             if not isinstance(text, str):
                 yield Request(where, unique, None, f"{where}: not an object with a \"text\" (or \"original_text\", "
                                                    "as the datasets write it) string")
                 continue
-            yield Request(where, unique, text, None)
+            yield Request(where, unique, text, None, None if segmented is None else tuple(segmented.split()))
 
 
 def check_out(in_path: str | Path, out_path: str | Path) -> None:
@@ -267,7 +305,7 @@ def prepare_requests(requests: list[Request], annotator, lang: str | None) -> tu
         error = request.error
         if error is None:
             try:
-                rows[k] = {**problem_row(request.text, lang, annotator), "id": request.id}
+                rows[k] = {**problem_row(request.text, lang, annotator, request.segmented), "id": request.id}
             except Exception as e:  # one bad line must not end a file of 100,000
                 error = f"{request.where}: {e if isinstance(e, ValueError) else f'{type(e).__name__}: {e}'}"
         results.append({"id": request.id, "error": error} if error else {"id": request.id})
@@ -282,6 +320,8 @@ def answer_rows(results: list[dict], solutions: dict[int, Solution]) -> None:
         results[k].update(equation=f"x = {s.equation}", answer=None if s.answer is None else format_answer(s.answer))
         if s.not_read:
             results[k]["not_read"] = s.not_read
+        if s.unknown:
+            results[k]["unknown_words"] = s.unknown
         if s.error is not None:
             results[k]["error"] = f"the equation does not evaluate: {s.error}"
 
@@ -316,7 +356,7 @@ def solve_file(model_dir: str | Path, in_path: str | Path, out_path: str | Path 
                 answer_rows(results, dict(zip(rows, solve_rows(solver, flat, list(rows.values()), beam_size))))
             else:
                 decoded = pages.decode(solver, chunk, results, rows, beam_size)
-                answer_rows(results, {k: solution(rows[k], top(d)) for k, d in decoded.items()})
+                answer_rows(results, {k: solution(rows[k], top(d), solver.vocab) for k, d in decoded.items()})
                 pages.add(chunk, results, rows, decoded, lang, annotate)
             if out is not None:
                 out.write("".join(json.dumps(result, ensure_ascii=False) + "\n" for result in results))
@@ -373,7 +413,7 @@ class FilePages:
               lang: str | None, annotate) -> str:
         variant, page = self.flat["data.graph"], {"about": self.about, "line_graph": self.flat["model.line_graph"]}
         if row is None:
-            row, no_graph = partial_row(request.text, lang, annotate)
+            row, no_graph = partial_row(request.text, lang, annotate, request.segmented)
             notice = "; ".join(filter(None, [result["error"], no_graph]))
             return explain.page({**row, "id": request.id}, variant, notice=notice, **page)
         if decoded is None:

@@ -259,3 +259,51 @@ def test_two_writers_of_one_answers_file_never_share_a_temporary_file(model_dir,
     assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(tmp_path / "answers.jsonl")]) == 0
     assert other.read_text(encoding="utf-8") == "another writer's half-written answers\n"
     assert json.loads((tmp_path / "answers.jsonl").read_text(encoding="utf-8"))["id"] == "1"
+
+
+def test_a_records_segmented_text_gives_its_tokens_as_training_reads_them(tmp_path):
+    # jieba's words are not always the files' segmentation: a benchmark record is read by its own.
+    from hlgt.data.srl import make_annotator
+    from hlgt.solve import prepare_requests
+
+    segmented = "第 二 天 一个 人 看 了 24 页 ， 还 剩 多少 页 ？"
+    record = {"id": "m", "original_text": segmented.replace(" ", ""), "segmented_text": segmented}
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in (
+        record, {"id": "r", "text": ZH}, {"text": ZH, "segmented_text": 3})) + "\n", encoding="utf-8")
+    requests = list(read_requests(path))
+    results, rows = prepare_requests(requests, make_annotator("offline"), "zh")
+    assert rows[0]["tokens"] == segmented.split() and rows[1]["tokens"] == tokenize(ZH, "zh")
+    assert results[2]["error"].endswith(':3: "segmented_text" is not a string')
+
+
+def test_words_the_model_never_learned_are_named(model_dir, tmp_path, capsys):
+    text = "Zorblax quuxes 3 flibbers and 4 wibbles ."
+    s = solve_text(model_dir, text, lang="en")
+    assert {"Zorblax", "quuxes", "flibbers", "wibbles"} <= set(s.unknown) and "3" not in s.unknown
+    assert main(["--model", str(model_dir), text]) == 0
+    out = capsys.readouterr().out
+    assert "unknown:  Zorblax, quuxes" in out and "note:     most of the text's words are unknown to the model" in out
+    problems, answers = tmp_path / "p.jsonl", tmp_path / "a.jsonl"
+    problems.write_text(json.dumps({"id": "z", "text": text}) + "\n")
+    assert main(["--model", str(model_dir), "--file", str(problems), "--out", str(answers)]) == 0
+    assert json.loads(answers.read_text())["unknown_words"] == s.unknown
+
+
+def test_an_annotator_failing_on_one_text_is_a_user_error(model_dir, monkeypatch):
+    import hlgt.solve
+    from hlgt.data.srl import AnnotationError
+
+    class Failing:
+        def annotate(self, tokens, lang):
+            raise AnnotationError("LTP failed on this problem")
+
+    monkeypatch.setattr(hlgt.solve, "make_annotator", lambda name, model="": Failing())
+    with pytest.raises(ValueError, match="the annotator failed on this text: LTP failed on this problem"):
+        main(["--model", str(model_dir), EN])
+
+
+def test_an_id_that_is_no_string_or_integer_is_named(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": 1.5, "text": EN}) + "\n")
+    assert next(read_requests(path)).error.endswith('"id" is 1.5: give a string or an integer, or no id')

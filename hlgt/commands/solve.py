@@ -14,7 +14,7 @@ from pathlib import Path
 from hlgt.commands.cli import beam_size, run_command
 from hlgt.data.problems import MAX_NOTES
 from hlgt.data.srl import ANNOTATORS
-from hlgt.solve import explain_text, solve_file, solve_text
+from hlgt.solve import explain_text, mostly_unknown, solve_file, solve_text
 
 PROG = "hlgt-solve"
 
@@ -31,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam-size", type=beam_size, default=None, help="default: the model's")
     p.add_argument("--file", default=None,
                    help="JSON Lines of {\"text\": ..., \"id\": ...} to solve (with --out and/or --explain-dir); "
-                        "\"original_text\", as the datasets name it, is read as \"text\"")
-    p.add_argument("--out", default=None, help="where --file's answers go (JSON Lines: id, equation, answer or error)")
+                        "\"original_text\", as the datasets name it, is read as \"text\", and a "
+                        "\"segmented_text\" gives the tokens")
+    p.add_argument("--out", default=None,
+                   help="where --file's answers go (JSON Lines: id, then equation and answer (null where the "
+                        "equation does not evaluate), an error, not_read and unknown_words where there are any)")
     p.add_argument("--explain", default=None, metavar="PAGE",
                    help="also write the problem text as the model sees it to this HTML page (hlgt.explain)")
     p.add_argument("--explain-dir", default=None, metavar="DIR",
@@ -68,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"numbers:  {', '.join(f'N{i}={n}' for i, n in enumerate(s.numbers)) or 'none'}")
     if s.not_read:
         print(f"not read: {', '.join(s.not_read)} (digits, but no quantity the model can use)")
+    if s.unknown:
+        print(f"unknown:  {', '.join(s.unknown)} (words the model never learned: each read as <unk>)")
+    if mostly_unknown(s):
+        print(f"note:     most of the text's words are unknown to the model: is it written in the model's "
+              f"language ({s.lang})? The equation below is a guess from the numbers alone")
     print(f"equation: x = {s.equation}")
     if args.explain:
         print(f"page:     {args.explain}")
