@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from hlgt.config import Config
 from hlgt.data.clean import over_limits
 from hlgt.data.graph import (
     EDGE_TYPES,
@@ -90,12 +91,32 @@ def decode(solver, row: Mapping[str, Any], variant: str, beam_size: int | None =
     return Decoded(candidates=seen.candidates[0], attention=attention)
 
 
+def _unread(flat: Mapping[str, Any]) -> set[str]:
+    """The settings the model of ``flat`` never reads (``Config.unread_keys``: GTS reads no graph)."""
+    known = Config().to_flat()  # a model saved with keys since retired is still explained
+    return Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.") and k in known}).unread_keys()
+
+
+def reads(flat: Mapping[str, Any]) -> dict[str, bool]:
+    """What the model of ``flat`` reads of a problem's graph, as ``page`` takes it: the graph at
+    all, and its line graph."""
+    unread = _unread(flat)
+    return {"graph": "data.graph" not in unread,
+            "line_graph": bool(flat["model.line_graph"]) and "model.line_graph" not in unread}
+
+
 def about_model(model_dir: str | os.PathLike, flat: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A page's header lines for a model: its folder, dataset, annotator and arm."""
-    arm = (f"encoder {flat['model.encoder']}, graph {flat['data.graph']}, "
-           f"node types {'on' if flat['model.node_type'] else 'off'}, "
-           f"line graph {'on' if flat['model.line_graph'] else 'off'}, "
-           f"comparison loss {'on' if flat['model.aux_task'] else 'off'}")
+    """A page's header lines for a model: its folder, dataset, annotator and arm (a setting its
+    model never reads says so)."""
+    unread = _unread(flat)
+
+    def setting(key: str, text: str) -> str:
+        return f"{text} (not read)" if key in unread else text
+
+    arm = ", ".join([f"encoder {flat['model.encoder']}", setting("data.graph", f"graph {flat['data.graph']}"),
+                     setting("model.node_type", f"node types {'on' if flat['model.node_type'] else 'off'}"),
+                     setting("model.line_graph", f"line graph {'on' if flat['model.line_graph'] else 'off'}"),
+                     f"comparison loss {'on' if flat['model.aux_task'] else 'off'}"])
     return [("model", str(model_dir)), ("dataset", str(flat["data.dataset"])),
             ("annotator", str(flat["data.annotator"])), ("arm", arm)]
 
@@ -133,13 +154,15 @@ def data_page(problem, annotator, variant: str, about: Sequence[tuple[str, str]]
 
 def page(row: Mapping[str, Any], variant: str, *, decoded: Decoded | None = None, notice: str | None = None,
          notice_title: str = "The model cannot read this problem", about: Sequence[tuple[str, str]] = (),
-         line_graph: bool = True) -> str:
+         graph: bool = True, line_graph: bool = True) -> str:
     """The page of one problem (module docstring). ``row``: a shard row, its graph columns empty
     when no graph could be built; ``variant``: the graph arm drawn (``GRAPH_VARIANTS``);
     ``decoded``: the model's reading (None: a page of the data alone); ``notice``: why the model
-    cannot read the problem; ``line_graph``: whether the model uses the line graph."""
+    cannot read the problem; ``graph``, ``line_graph``: whether the model reads the graph and its
+    line graph (``reads``)."""
     if variant not in GRAPH_VARIANTS:
         raise ValueError(f"unknown graph variant {variant!r}; expected one of {sorted(GRAPH_VARIANTS)}")
+    read = graph  # whether the model reads a graph; ``graph`` is the problem's from here on
     graph = select_variant(Graph.from_lists(row), variant) if len(row["node_pos"]) else None
     quantity = quantity_nodes(graph, row["num_pos"]) if graph is not None else []
     names = node_names(graph, row, quantity) if graph is not None else []
@@ -148,7 +171,7 @@ def page(row: Mapping[str, Any], variant: str, *, decoded: Decoded | None = None
         body.append(f'<div class="notice"><b>{esc(notice_title)}:</b> {esc(notice)}</div>')
     body.append(_text_section(row, graph))
     body.append(_answer_section(row, decoded))
-    body.append(_graph_section(graph, variant, names, quantity, line_graph))
+    body.append(_graph_section(graph, variant, names, quantity, read, line_graph))
     if decoded is not None:
         body.append(_attention_section(graph, decoded, names, quantity))
     data = _page_data(graph, names)
@@ -265,10 +288,13 @@ def _leaf(token: str, numbers: Sequence[str]) -> tuple[str, str]:
 
 
 def _graph_section(graph: Graph | None, variant: str, names: list[str], quantity: Sequence[int],
-                   line_graph: bool) -> str:
+                   read: bool, line_graph: bool) -> str:
     parts = " + ".join(GRAPH_VARIANTS[variant])
     head = f'<section id="graph"><h2>Graph</h2><p class="note">graph arm <b>{variant}</b> (parts {parts}): ' \
            "the edges of other parts are not drawn.</p>"
+    if not read:
+        head += ('<p class="note"><b>This model reads no graph</b> (no graph encoder): the graph is drawn as the '
+                 "data pipeline builds it, for reference.</p>")
     if graph is None:
         return head + "<p>No graph: none could be built for this problem.</p></section>"
     on_edge = np.zeros(graph.num_nodes, dtype=bool)

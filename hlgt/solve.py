@@ -208,13 +208,11 @@ def explain_text(model_dir: str | Path, text: str, page: str | Path, lang: str |
     except ValueError as error:
         row, no_graph = partial_row(text, lang, annotate)
         notice = f"{error}; {no_graph}" if no_graph else str(error)
-        write_text(page, explain.page(row, flat["data.graph"], notice=notice, about=about,
-                                      line_graph=flat["model.line_graph"]))
+        write_text(page, explain.page(row, flat["data.graph"], notice=notice, about=about, **explain.reads(flat)))
         raise ValueError(f"{error} (the page {page} shows what could be read)") from None
     solver, flat = load_model(model_dir)
     decoded = explain.decode(solver, row, flat["data.graph"], beam_size)
-    write_text(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about,
-                                  line_graph=flat["model.line_graph"]))
+    write_text(page, explain.page(row, flat["data.graph"], decoded=decoded, about=about, **explain.reads(flat)))
     return solution(row, top(decoded), solver.vocab)
 
 
@@ -411,7 +409,7 @@ class FilePages:
 
     def _page(self, request: Request, result: dict, row: dict | None, decoded: explain.Decoded | None,
               lang: str | None, annotate) -> str:
-        variant, page = self.flat["data.graph"], {"about": self.about, "line_graph": self.flat["model.line_graph"]}
+        variant, page = self.flat["data.graph"], {"about": self.about, **explain.reads(self.flat)}
         if row is None:
             row, no_graph = partial_row(request.text, lang, annotate, request.segmented)
             notice = "; ".join(filter(None, [result["error"], no_graph]))

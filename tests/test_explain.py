@@ -100,6 +100,22 @@ def test_the_line_graph_and_each_edges_neighbours_are_on_the_page():
     assert [d[2] for d in data["edges"]] == [EDGE_TYPES[t] for t in graph.edge_type]
 
 
+@pytest.mark.parametrize("encoder, reads_graph, reads_line_graph, not_read", [
+    ("hlgt", True, True, []), ("none", False, False, ["graph srl", "node types on", "line graph on"]),
+    ("hgt", True, False, ["line graph on"]), ("rgat", True, False, ["node types on", "line graph on"])])
+def test_a_page_says_what_of_the_graph_its_model_reads(encoder, reads_graph, reads_line_graph, not_read):
+    # GTS reads no graph, the HGT and RGAT baselines no line graph: the page does not claim they do.
+    from hlgt.config import Config
+
+    flat = {**Config.from_flat({"model.encoder": encoder}).to_flat(), "model.retired_key": 1}
+    assert explain.reads(flat) == {"graph": reads_graph, "line_graph": reads_line_graph}
+    arm = dict(explain.about_model("m", flat))["arm"]
+    assert [part.removesuffix(" (not read)") for part in arm.split(", ") if part.endswith("(not read)")] == not_read
+    page = explain.page(sample_row("zh-22"), "srl", **explain.reads(flat))
+    assert ("This model reads no graph" in page) != reads_graph
+    assert ("(this model does not use it)" in page) != reads_line_graph
+
+
 def assert_offline(page: str) -> None:
     """Nothing on the page is fetched: no URL but the page's own #markers, no element that loads one."""
     parts = PageParts(page)

@@ -340,7 +340,7 @@ def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Seque
     entries = []
     for row, s in wrong:
         decoded = explain.decode(solver, row, variant, beam_size, device, bf16_inference)
-        html = explain.page(row, variant, decoded=decoded, about=about, line_graph=flat["model.line_graph"])
+        html = explain.page(row, variant, decoded=decoded, about=about, **explain.reads(flat))
         gold, predicted = f"{s.gold} ({format_answer(s.answer)})", f"{s.predicted} ({format_answer(s.predicted_value)})"
         entries.append((pages.add(s.id, html), [s.id, s.text[:120], gold, predicted]))
     bars = [(r.bucket, r.value_acc or 0.0, f"{M.percent(r.value_acc, digits=0)}% of {r.count}" if r.count else "none")
