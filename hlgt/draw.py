@@ -220,8 +220,10 @@ def tree_svg(prefix: Sequence[str], operators: Sequence[str], leaf: Callable[[st
     for (token, is_leaf, _, _, _), (x, y) in zip(placed, at):
         if is_leaf:
             text, colour = leaf(token)
-            shapes.append(f'<g class="leaf"><rect x="{x - 29:.0f}" y="{y - 13:.0f}" width="58" height="26" rx="6" '
-                          f'fill="{colour}"/><text x="{x:.0f}" y="{y + 4:.0f}">{esc(text[:9])}</text></g>')
+            shown = text if len(text) <= 9 else text[:8] + "…"  # the box's width; the whole in its title
+            shapes.append(f'<g class="leaf"><title>{esc(text)}</title><rect x="{x - 29:.0f}" y="{y - 13:.0f}" '
+                          f'width="58" height="26" rx="6" fill="{colour}"/><text x="{x:.0f}" y="{y + 4:.0f}">'
+                          f'{esc(shown)}</text></g>')
         else:
             shapes.append(f'<g class="op"><circle cx="{x:.0f}" cy="{y:.0f}" r="15"/>'
                           f'<text x="{x:.0f}" y="{y + 5:.0f}">{esc(token)}</text></g>')

@@ -164,6 +164,12 @@ def test_expression_trees():
     assert prefix_tree(["*", "N0"], "+-*/^") is None and prefix_tree(["N0", "N1"], "+-*/^") is None
     svg = tree_svg(["-", "N0", "*", "N0", "N1"], "+-*/^", lambda t: (t, "#ccc"))
     assert svg.count('class="op"') == 2 and svg.count('class="leaf"') == 3 and svg.count("<line") == 4
+    # A leaf too long for its box is cut visibly, never into another number; its title holds it whole.
+    numbers = {"N0": "1234567.89", "N1": "12,345,678", "N2": "(12/125)"}
+    svg = tree_svg(["+", "N0", "*", "N1", "N2"], "+-*/^", lambda t: (numbers[t], "#ccc"))
+    leaves = re.findall(r"<g class=\"leaf\">.*?<text [^>]*>([^<]*)</text>", svg)
+    assert leaves == ["1234567.…", "12,345,6…", "(12/125)"]
+    assert all(f"<title>{n}</title>" in svg for n in numbers.values())
 
 
 def test_a_data_page_shows_the_gold_equation_and_what_the_rules_say():
