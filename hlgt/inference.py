@@ -64,6 +64,11 @@ def _checked_config(content: dict) -> dict[str, Any]:
 def _load(directory: str, device: str) -> tuple[Solver, dict[str, Any]]:
     flat = run_config(directory)
     solver = Solver.load(directory, map_location=device)
+    differ = sorted(k for k, v in Config(model=solver.cfg).to_flat().items() if k.startswith("model.") and flat[k] != v)
+    if differ:  # the pages and solve read run_config.json, the weights come with config.json
+        raise ValueError(f"{directory}: {RUN_CONFIG_FILE} and the model's config.json describe different models "
+                         f"({', '.join(differ)}): a folder put together from two runs? Use a folder as training "
+                         "wrote it")
     solver.eval()
     return solver, flat
 

@@ -154,6 +154,9 @@ def test_cli_decodes_as_the_model_says_unless_told(model_dir, tmp_path, capsys):
     shutil.copytree(model_dir, folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model.bf16_inference": True}))
+    run = json.loads((folder / "run_config.json").read_text())
+    run["config"]["model.bf16_inference"] = True
+    (folder / "run_config.json").write_text(json.dumps(run))
     assert main(["--model", str(folder), "--split", "test"]) == 0
     assert "bfloat16 GRU products" in capsys.readouterr().out
     assert main(["--model", str(folder), "--split", "test", "--no-bf16"]) == 0

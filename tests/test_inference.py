@@ -82,3 +82,15 @@ def test_a_damaged_run_config_names_the_file(model_dir, tmp_path, edit, fault):
     path.write_text(json.dumps(edit(json.loads(path.read_text()))))
     with pytest.raises(ValueError, match=f"run_config.json is damaged: {fault}"):
         load_model(copy)
+
+
+def test_a_folder_whose_two_configs_describe_different_models_is_refused(model_dir, tmp_path):
+    # run_config.json says what the pages and solve read (encoder, beam), config.json what the
+    # weights are: a folder put together from two runs would print one model's settings for another's.
+    folder = tmp_path / "mixed"
+    shutil.copytree(model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model.beam_size": 4}))
+    with pytest.raises(ValueError, match=r"run_config.json and the model's config.json describe different models "
+                                         r"\(model.beam_size\)"):
+        load_model(folder)
