@@ -46,6 +46,10 @@ def test_make_trainer_builds_the_run_without_starting_ray(shards, no_cluster, tm
     config = trainer.train_loop_config
     assert config["cfg"] == Config.from_flat(TINY).to_flat() and config["run_name"] == "run"
     assert config["wandb_dir"] == str(tmp_path / "run")
+    # Every split read in its files' order: the ranks decode interleaved slices of validation, and a
+    # resumed run trains on the shares it trained on.
+    data = trainer.data_config
+    assert all(data._resolve_execution_options(split).preserve_order for split in ("train", "valid", "test"))
 
 
 def test_the_training_problems_an_equal_split_leaves_out_are_said(shards, no_cluster, tmp_path, capsys):

@@ -542,3 +542,14 @@ def test_a_training_reads_shards_at_a_uri(shards, tmp_path):
     shutil.copytree(shards, tmp_path / "bucket" / "shards")
     assert _command(f"file://{tmp_path}/bucket/shards", tmp_path / "runs", "--set", "train.epochs=1") == 0
     assert json.loads((tmp_path / "runs" / "sample-full-seed1" / "results.json").read_text())["epoch"] == 1
+
+
+def test_gathered_validation_predictions_are_placed_by_problem():
+    # Two ranks decode interleaved slices of the validation rows; gathered, each prediction goes to
+    # its own problem. A rank that read the rows in another order decoded a slice of that order.
+    rows = [{"id": i} for i in ("a", "b", "c", "d", "e")]
+    same = [[("a", "pa"), ("c", "pc"), ("e", "pe")], [("b", "pb"), ("d", "pd")]]
+    assert loop.placed_by_id(rows, same) == ["pa", "pb", "pc", "pd", "pe"]
+    other_order = [[("a", "pa"), ("c", "pc"), ("e", "pe")], [("c", "pc"), ("a", "pa")]]  # rank 1 read e, c, a, d, b
+    with pytest.raises(RuntimeError, match="read the validation rows in different orders"):
+        loop.placed_by_id(rows, other_order)

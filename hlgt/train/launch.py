@@ -2,8 +2,9 @@
 
 Not a copy of the loop: ``worker_loop`` builds a ``loop.Runtime`` from the Ray Train context
 (rank, device, DDP through ``prepare_model`` — gloo on CPU, NCCL on GPU —, this worker's shard of
-the training Parquet through Ray Data, the whole validation and test splits on rank 0) and a
-``report`` that forwards to ``ray.train.report``; then it calls the loop.
+the training Parquet through Ray Data, the whole validation split on every rank (each decodes a
+slice of it) and test on rank 0, every split read in its files' order) and a ``report`` that
+forwards to ``ray.train.report``; then it calls the loop.
 
 Checkpoints: rank 0 writes one every epoch (model, optimizer, scheduler, epoch, config,
 vocabulary: see checkpoint.py); Ray keeps the best ``keep`` by validation value accuracy plus the latest.
@@ -209,8 +210,20 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
             callbacks=callbacks or [],
         ),
         datasets=datasets,
-        dataset_config=ray.train.DataConfig(datasets_to_split=["train"]),
+        dataset_config=ray.train.DataConfig(datasets_to_split=["train"], execution_options=ordered_ingest()),
     )
+
+
+def ordered_ingest():
+    """Ray Data's ingest options with the files' order kept: every worker reads the evaluation
+    splits in one order (the ranks decode interleaved slices of it), and the training split's
+    equal shares are the same on every start (a resumed run trains on what it trained on). By
+    default Ray Data hands blocks on as their read tasks finish, one task per shard file."""
+    import ray.train
+
+    options = ray.train.DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return options
 
 
 def resumed_config(run_dir: str) -> dict | None:

@@ -157,6 +157,17 @@ def train(
     return TrainResult(metrics=final, history=trainer.state["history"], checkpoint=checkpoint)
 
 
+def placed_by_id(rows: list[dict], parts: list[list[tuple[str, Any]]]) -> list[Any]:
+    """The ranks' gathered ``(id, prediction)`` pairs in the order of ``rows``. A rank that read the
+    rows in another order would have decoded its slice of that order, some problems twice and
+    others never: ``RuntimeError`` then, never a prediction paired with the wrong problem."""
+    by_id = {pid: p for part in parts for pid, p in part}
+    if sum(map(len, parts)) != len(rows) or len(by_id) != len(rows) or any(str(r["id"]) not in by_id for r in rows):
+        raise RuntimeError("the workers read the validation rows in different orders: each decoded its slice of "
+                           "another order (Ray Data's ingest must keep the files' order)")
+    return [by_id[str(r["id"])] for r in rows]
+
+
 class Trainer:
     """One run on one worker: the model, its optimizer and scheduler, the best weights so far, the
     trainer state that checkpoints hold, the rows read for evaluation, and the steps of ``train``."""
@@ -329,15 +340,13 @@ class Trainer:
         if rt.world_size == 1 or rt.gather is None:
             return self.evaluate_split("valid", self.solver)[0]
         split_rows = self.rows("valid")
-        mine = predict(self.solver, split_rows[rt.rank::rt.world_size], self.vocab, variant=self.cfg.data.graph,
+        slice_rows = split_rows[rt.rank::rt.world_size]
+        mine = predict(self.solver, slice_rows, self.vocab, variant=self.cfg.data.graph,
                        beam_size=self.cfg.model.beam_size, batch_size=self.cfg.train.batch_size, device=rt.device)
-        parts = rt.gather(mine)
+        parts = rt.gather([(str(r["id"]), p) for r, p in zip(slice_rows, mine)])
         if not self.main or not split_rows:
             return None
-        predictions: list = [None] * len(split_rows)
-        for r, part in enumerate(parts):
-            predictions[r::rt.world_size] = part
-        return E.score_predictions(split_rows, predictions)[0]
+        return E.score_predictions(split_rows, placed_by_id(split_rows, parts))[0]
 
     def validation_loss(self) -> float | None:
         """The teacher-forced tree loss on validation (every rank its slice, summed over ranks)."""
