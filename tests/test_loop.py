@@ -553,3 +553,22 @@ def test_gathered_validation_predictions_are_placed_by_problem():
     other_order = [[("a", "pa"), ("c", "pc"), ("e", "pe")], [("c", "pc"), ("a", "pa")]]  # rank 1 read e, c, a, d, b
     with pytest.raises(RuntimeError, match="read the validation rows in different orders"):
         loop.placed_by_id(rows, other_order)
+
+
+def test_a_run_started_over_under_its_name_gets_a_w_and_b_run_of_its_own(shards, tmp_path, monkeypatch):
+    # Its resumes write to its W&B run; --fresh starts another, which the old run's later steps
+    # would otherwise swallow (W&B ignores a step below the run's last).
+    from hlgt.commands.train import main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    sets = [a for k, v in TINY.items() if k not in ("data.dataset", "train.wandb") for a in ("--set", f"{k}={v}")]
+
+    def command(*more):
+        assert main(["--dataset", "sample", "--shards", str(shards), "--no-ray", "--storage", str(tmp_path), *sets,
+                     "--set", "train.epochs=3", *more]) == 0
+        return {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "sample-full-seed1" / "wandb").glob("offline-run-*")}
+
+    first = command("--set", "train.max_minutes=1e-6")  # stops after epoch 1
+    assert len(first) == 1 and command() == first  # the rest of the schedule: the same W&B run
+    assert len(again := command("--fresh")) == 1 and again != first

@@ -48,6 +48,7 @@ def test_disabled_and_non_zero_ranks_do_nothing(clean_env, tmp_path):
 def test_run_ids_are_stable_and_safe():
     assert tracking.run_id("sweep/full-s0-r0 trial:1") == tracking.run_id("sweep/full-s0-r0 trial:1")
     assert tracking.run_id("sweep/full-s0-r0 trial:1") == "sweep-full-s0-r0-trial-1"
+    assert tracking.run_id("sweep/full-s0-r0 trial:1", "1f2e3d4c") == "sweep-full-s0-r0-trial-1-1f2e3d4c"
 
 
 def test_offline_run_holds_config_metrics_and_predictions_but_never_the_key(clean_env, tmp_path):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,8 +41,11 @@ OUTPUTS = ("best", RESULTS_FILE, "predictions_valid.jsonl", "predictions_test.js
 
 
 def fresh_state() -> dict:
+    """A run's trainer state before its first epoch. ``wandb_id``: its W&B run, drawn anew for each
+    fresh start (from the OS, not torch's seeded generator), kept by its resumes: a run started
+    over under an earlier run's name does not write into that run's W&B record."""
     return {"epoch": 0, "best_epoch": 0, "best": {M.VAL_VALUE_ACC: -1.0, M.VAL_EQUATION_ACC: 0.0},
-            "last_val": {}, "history": [], "finished": False, "starts": [0]}
+            "last_val": {}, "history": [], "finished": False, "starts": [0], "wandb_id": uuid.uuid4().hex[:8]}
 
 
 def write_checkpoint(directory: Path, cfg: Config, solver: nn.Module, best_weights: dict, opt, sched,

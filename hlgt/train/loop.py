@@ -147,6 +147,7 @@ def train(
     trainer.prepare_training()
     tracker = tracking.start(cfg.to_flat(), enabled=cfg.train.wandb, project=cfg.train.wandb_project,
                              name=run_name, group=group, rank=rt.rank, mode=wandb_mode,
+                             start_id=trainer.state["wandb_id"],
                              directory=wandb_dir or run_dir or tempfile.gettempdir())
     try:
         trainer.fit(report, tracker)
@@ -202,7 +203,8 @@ class Trainer:
         self.opt.load_state_dict(saved["optimizer"])
         self.sched.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
-        self.state = {k: saved[k] for k in fresh_state()}
+        # A checkpoint written before runs drew W&B ids goes on writing to its name's W&B run (None).
+        self.state = {k: saved[k] if k != "wandb_id" else saved.get(k) for k in fresh_state()}
         self.state["starts"] = list(self.state["starts"]) + [self.state["epoch"]]  # where each (re)start began
         self.log(f"resuming from {checkpoint} after epoch {self.state['epoch']}")
 

@@ -74,9 +74,11 @@ def prepare_environment(enabled: bool) -> str:
     return mode
 
 
-def run_id(name: str) -> str:
-    """A W&B run id from a run name: stable, so a resumed run keeps writing to the same run."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:120] or "run"
+def run_id(name: str, start_id: str | None = None) -> str:
+    """A W&B run id: the run's name, and the id its fresh start drew (``start_id``), so that its
+    resumes write to its W&B run and a run started over under the same name gets a run of its own."""
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:110] or "run"
+    return f"{base}-{start_id}" if start_id else base
 
 
 class Tracker:
@@ -138,10 +140,12 @@ class WandbTracker(Tracker):
 
 
 def start(config: Mapping[str, Any], *, enabled: bool, project: str, name: str, group: str | None,
-          directory: str | Path, rank: int = 0, job_type: str = "train", mode: str | None = None) -> Tracker:
+          directory: str | Path, rank: int = 0, job_type: str = "train", mode: str | None = None,
+          start_id: str | None = None) -> Tracker:
     """A tracker for this process: W&B on rank 0 when enabled, the no-op ``Tracker`` otherwise.
 
-    ``mode`` forces a mode resolved elsewhere (the driver resolves it and passes it to workers).
+    ``mode`` forces a mode resolved elsewhere (the driver resolves it and passes it to workers);
+    ``start_id``: the run's fresh start's (``run_id``).
     """
     mode = mode or resolve_mode(enabled)
     if rank != 0 or not enabled or mode == "disabled":
@@ -155,7 +159,7 @@ def start(config: Mapping[str, Any], *, enabled: bool, project: str, name: str, 
     run = wandb.init(
         project=project,
         name=name,
-        id=run_id(f"{group}-{name}" if group else name),
+        id=run_id(f"{group}-{name}" if group else name, start_id),
         group=group,
         job_type=job_type,
         config=dict(config),
