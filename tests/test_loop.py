@@ -237,6 +237,9 @@ def test_a_rerun_of_other_settings_is_refused_until_fresh(shards, tmp_path, caps
         _command(shards, tmp_path, "--set", "train.epochs=2", "--set", "model.hidden_size=32")
     assert _command(shards, tmp_path, "--set", "train.epochs=1", "--set", "train.threads=2") == 0  # placement only
     assert "resuming from" in capsys.readouterr().out
+    # train.batch_size is per worker: another count of workers trains another batch.
+    with pytest.raises(ValueError, match=r"other settings \(train.workers 1 -> 2\): --fresh"):
+        _command(shards, tmp_path, "--set", "train.epochs=1", "--workers", "2")
     assert _command(shards, tmp_path, "--set", "train.epochs=2", "--fresh") == 0
     out = capsys.readouterr().out
     assert "--fresh: removed" in out and "resuming" not in out

@@ -78,9 +78,10 @@ def read_checkpoint(directory: str | Path) -> dict:
 
 
 # Keys that say where a run's files are or how it runs, not what it trains: a resumed run may
-# change them (another machine, more workers, a time budget, W&B off).
+# change them (another machine, a time budget, W&B off). Not train.workers: train.batch_size is per
+# worker, so another count trains with another batch.
 PLACEMENT_KEYS = frozenset({"data.data_dir", "data.shards_dir", "train.out_dir", "train.wandb", "train.wandb_project",
-                            "train.workers", "train.threads", "train.use_gpu", "train.compile", "train.cuda_graphs",
+                            "train.threads", "train.use_gpu", "train.compile", "train.cuda_graphs",
                             "train.capture_bigrus", "train.max_minutes", "model.bf16_inference"})
 
 
