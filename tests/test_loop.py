@@ -575,3 +575,37 @@ def test_a_run_started_over_under_its_name_gets_a_w_and_b_run_of_its_own(shards,
     first = command("--set", "train.max_minutes=1e-6")  # stops after epoch 1
     assert len(first) == 1 and command() == first  # the rest of the schedule: the same W&B run
     assert len(again := command("--fresh")) == 1 and again != first
+
+
+def test_ranks_start_from_one_initialisation_but_draw_dropout_apart(shards):
+    # DDP keeps the weights alike; the ranks' dropout masks (their torch generators) differ.
+    import torch
+
+    first = loop.Trainer(tiny(), shards, loop.Runtime(), None, None)
+    stream_0 = torch.get_rng_state()
+    second = loop.Trainer(tiny(), shards, loop.Runtime(rank=1, world_size=2), None, None)
+    assert not torch.equal(torch.get_rng_state(), stream_0)
+    weights = zip(first.solver.state_dict().values(), second.solver.state_dict().values())
+    assert all(torch.equal(a, b) for a, b in weights)
+    loop.Trainer(tiny(), shards, loop.Runtime(), None, None)
+    assert torch.equal(torch.get_rng_state(), stream_0)  # rank 0's stream is the run's seed's, as before
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_resumed_run_on_a_gpu_goes_on_with_the_gpus_generator(shards, tmp_path):
+    # Dropout on a GPU draws from the GPU's generator: a resume restores it, or it would replay
+    # the masks of the run's first epochs.
+    import torch
+
+    cfg = tiny(**{"train.use_gpu": True, "train.epochs": 2})
+    device = torch.device("cuda")
+    trainer = loop.Trainer(cfg, shards, loop.Runtime(device=device), None, None)
+    torch.rand(1000, device=device)  # the generator moved on, as by an epoch's dropout
+    from hlgt.train.checkpoint import write_checkpoint
+
+    write_checkpoint(tmp_path / "ck", cfg, trainer.solver, trainer.best_weights, trainer.opt, trainer.sched,
+                     trainer.state)
+    moved = torch.cuda.get_rng_state(device)
+    torch.cuda.manual_seed(12345)
+    loop.Trainer(cfg, shards, loop.Runtime(device=device), None, tmp_path / "ck")
+    assert torch.equal(torch.cuda.get_rng_state(device), moved)

@@ -6,8 +6,9 @@ outputs published beside them. ``check_same_run`` refuses to resume a checkpoint
 
 Checkpoint folder (``read_checkpoint`` / ``write_checkpoint``)::
 
-    trainer_state.pt   epoch, optimizer, scheduler, best epoch and metrics, history, RNG, finished,
-                       starts (the epoch each start or resume began after)
+    trainer_state.pt   epoch, optimizer, scheduler, best epoch and metrics, history, RNG (the CPU's,
+                       and the GPU's of a run on one), finished, starts (the epoch each start or
+                       resume began after), the W&B run id
     config.json        the full flat config
     model/             Solver.save of the current weights + run_config.json: the last epoch's model
                        folder on its own (what GTS's reference code tests, having no validation split)
@@ -57,8 +58,10 @@ def write_checkpoint(directory: Path, cfg: Config, solver: nn.Module, best_weigh
     best = copy.deepcopy(solver)
     best.load_state_dict(best_weights)
     _model_folder(directory / "best", cfg, best, {"epoch": state["best_epoch"], **state["best"]})
-    torch.save({**state, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "rng": torch.get_rng_state()}, directory / STATE_FILE)
+    device = next(solver.parameters()).device
+    torch.save({**state, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None},
+               directory / STATE_FILE)
 
 
 def _model_folder(directory: Path, cfg: Config, solver: nn.Module, about: Mapping[str, Any]) -> None:

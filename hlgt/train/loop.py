@@ -183,6 +183,8 @@ class Trainer:
         seed_everything(cfg.train.seed)
         self.vocab = vocab if vocab is not None else load_vocab(shards_dir)
         self.solver = Solver(cfg.model, self.vocab).to(rt.device)
+        if rt.rank:  # one initialisation on every rank, then dropout masks of their own
+            seed_everything(cfg.train.seed + 1_000_003 * rt.rank)
         if cfg.train.word_vectors and self.main and resume_from is None:
             # Rank 0 only: DDP broadcasts rank 0's weights to the others.
             _load_word_vectors(self.solver, self.vocab, cfg.train.word_vectors, self.log)
@@ -202,7 +204,10 @@ class Trainer:
         self.best_weights = {k: v.to(self.rt.device) for k, v in best.items()}
         self.opt.load_state_dict(saved["optimizer"])
         self.sched.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["rng"])
+        if self.main:  # rank 0's generators (the others keep their own streams, seeded apart)
+            torch.set_rng_state(saved["rng"])
+            if saved.get("cuda_rng") is not None and self.rt.device.type == "cuda":  # dropout on a GPU draws there
+                torch.cuda.set_rng_state(saved["cuda_rng"], self.rt.device)
         # A checkpoint written before runs drew W&B ids goes on writing to its name's W&B run (None).
         self.state = {k: saved[k] if k != "wandb_id" else saved.get(k) for k in fresh_state()}
         self.state["starts"] = list(self.state["starts"]) + [self.state["epoch"]]  # where each (re)start began
