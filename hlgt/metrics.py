@@ -22,7 +22,7 @@ def grad_norm_metric(part: str) -> str:
 
 def scale_metric(activation: str) -> str:
     """An activation's standard deviation over the real tokens of a batch, averaged over the epoch's
-    batches of the worker that reports (rank 0: under data parallelism, its share of the batches)."""
+    batches (every worker's, under data parallelism)."""
     return f"scale/{activation}"
 
 

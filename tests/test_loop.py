@@ -609,3 +609,18 @@ def test_a_resumed_run_on_a_gpu_goes_on_with_the_gpus_generator(shards, tmp_path
     torch.cuda.manual_seed(12345)
     loop.Trainer(cfg, shards, loop.Runtime(device=device), None, tmp_path / "ck")
     assert torch.equal(torch.cuda.get_rng_state(device), moved)
+
+
+def test_activation_scales_are_averaged_over_every_workers_batches():
+    # Summed over workers with the losses, not rank 0's batches alone.
+    import torch
+
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    ranks = [step.EpochStats({"x": [p]}, torch.device("cpu")) for _ in range(2)]
+    for stats, scales in zip(ranks, ([1.0, 3.0], [8.0])):  # rank 0: two batches, rank 1: one
+        for scale in scales:
+            stats.step({"loss": torch.tensor(1.0), "tree_loss": torch.tensor(1.0), "com_loss": torch.tensor(0.0),
+                        "scales": {"h_b": torch.tensor(scale)}}, 4)
+    summed = ranks[0].sums() + ranks[1].sums()
+    assert ranks[0].scale_means(summed) == {"scale/h_b": 4.0} and summed[3] == 12  # 12 problems

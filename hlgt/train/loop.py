@@ -301,14 +301,13 @@ class Trainer:
             self.log(self.steps.epoch_note())
         self.sched.step()
         elapsed = time.perf_counter() - started
-        sums = stats.sums()
         # Time budget: every rank votes, so that all stop after the same epoch.
         minutes = self.cfg.train.max_minutes
         out_of_time = minutes > 0 and time.perf_counter() - run_started >= 60 * minutes
-        sums = torch.cat([sums, torch.tensor([float(out_of_time)], dtype=torch.float64)])
+        sums = torch.cat([torch.tensor([float(out_of_time)], dtype=torch.float64), stats.sums()])
         if self.rt.all_reduce is not None:
             sums = self.rt.all_reduce(sums)
-        return _epoch_metrics(epoch, sums, lr, elapsed, stats), bool(sums[4] > 0)
+        return _epoch_metrics(epoch, sums[1:], lr, elapsed, stats), bool(sums[0] > 0)
 
     def validate(self, epoch: int, metrics: dict, due: bool) -> bool:
         """When ``due``, evaluate on validation and keep the model if it is the best so far (rank 0
@@ -425,7 +424,7 @@ class Trainer:
 
 
 def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, stats: EpochStats) -> dict:
-    """An epoch's training metrics from ``sums`` ([loss, tree, com, problems, ...] over workers)."""
+    """An epoch's training metrics from ``sums`` (``EpochStats.sums``, over workers)."""
     if sums[3] == 0:
         raise RuntimeError(f"epoch {epoch}: no training batches")
     loss = float(sums[0] / sums[3])
@@ -434,5 +433,4 @@ def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, st
     return {M.EPOCH: epoch, M.TRAIN_LOSS: loss, M.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
             M.TRAIN_COM_LOSS: float(sums[2] / sums[3]), M.LR: lr,
             M.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
-            # Norms are equal on every rank (gradients are all-reduced); scales are this rank's batches'.
-            **stats.norms_and_scales()}
+            **stats.norms(), **stats.scale_means(sums)}

@@ -69,16 +69,22 @@ class EpochStats:
         return total
 
     def sums(self) -> torch.Tensor:
-        """[loss, tree, com] summed over problems, then the number of problems (float64, CPU)."""
-        return self.losses.cpu()
+        """[loss, tree, com] summed over problems, the number of problems, then the number of
+        batches and each activation's scale summed over them (in ``sorted(self.scales)`` order):
+        float64, CPU, to be summed over workers."""
+        totals = [float(self.scales[name]) for name in sorted(self.scales)]
+        return torch.cat([self.losses.cpu(), torch.tensor([float(self.batches), *totals], dtype=torch.float64)])
 
-    def norms_and_scales(self) -> dict[str, float]:
+    def norms(self) -> dict[str, float]:
+        """The largest gradient norms: the whole model's, each part's (equal on every worker:
+        the gradients are all-reduced)."""
         norm_max = self.norm_max.tolist()
-        metrics = {M.TRAIN_GRAD_NORM_MAX: norm_max[0],
-                   **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
-        for name, total in self.scales.items():
-            metrics[M.scale_metric(name)] = float(total) / max(self.batches, 1)
-        return metrics
+        return {M.TRAIN_GRAD_NORM_MAX: norm_max[0], **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
+
+    def scale_means(self, sums: torch.Tensor) -> dict[str, float]:
+        """Each activation's mean scale from ``sums`` (``sums()``, summed over workers)."""
+        batches = max(float(sums[4]), 1.0)
+        return {M.scale_metric(name): float(total) / batches for name, total in zip(sorted(self.scales), sums[5:])}
 
 
 def train_step(forward: Callable, opt: torch.optim.Optimizer, batch, stats: EpochStats | None = None,
