@@ -7,6 +7,7 @@ from typing import Any, Mapping
 TRAIN_LOSS = "train/loss"
 TRAIN_TREE_LOSS = "train/tree_loss"
 TRAIN_COM_LOSS = "train/com_loss"
+TRAIN_PROBLEMS = "train/problems"  # problems trained on in the epoch, every worker's (an equal split drops some)
 TRAIN_PROBLEMS_PER_S = "train/problems_per_s"
 TRAIN_GRAD_NORM_MAX = "train/grad_norm_max"  # the epoch's largest global gradient norm, before clipping
 # The model's parts (``Solver.parts``) and the encoder's activations (``Solver.forward``'s scales):

@@ -29,7 +29,7 @@ class Interrupt(Exception):
 
 
 def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
-    from hlgt.data.shards import load_vocab
+    from hlgt.data.shards import load_rows, load_vocab
     from hlgt.model.solver import Solver
 
     run = tmp_path / "run"
@@ -70,6 +70,8 @@ def test_two_epochs_write_a_checkpoint_that_reloads(shards, tmp_path):
     metrics_log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m.get(M.EPOCH) for m in metrics_log] == [1, 2, 2]  # two epochs, then the final report
     assert metrics_log[0][M.grad_norm_metric("graph")] == result.history[0][M.grad_norm_metric("graph")]
+    trained = len(load_rows(shards, "train"))  # every training problem, each epoch
+    assert [m[M.TRAIN_PROBLEMS] for m in metrics_log[:2]] == [trained, trained]
 
 
 def test_the_gts_arm_reports_its_own_parts(shards, tmp_path, capsys):

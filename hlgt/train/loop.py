@@ -432,5 +432,5 @@ def _epoch_metrics(epoch: int, sums: torch.Tensor, lr: float, elapsed: float, st
         raise FloatingPointError(f"epoch {epoch}: training loss is {loss}")
     return {M.EPOCH: epoch, M.TRAIN_LOSS: loss, M.TRAIN_TREE_LOSS: float(sums[1] / sums[3]),
             M.TRAIN_COM_LOSS: float(sums[2] / sums[3]), M.LR: lr,
-            M.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
+            M.TRAIN_PROBLEMS: int(sums[3]), M.TRAIN_PROBLEMS_PER_S: float(sums[3]) / max(elapsed, 1e-9),
             **stats.norms(), **stats.scale_means(sums)}
