@@ -210,7 +210,10 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
     space = tmp_path / "space.yaml"
     for text, message in (("space: [", f"{space} is not valid YAML: while parsing"),
                           ("- 1\n", f"{space}: expected a mapping"),
-                          ("num_samples: 0\n", "num_samples must be an integer >= 1, got 0")):
+                          ("num_samples: 0\n", "num_samples must be an integer >= 1, got 0"),
+                          # the shards are built once per fold: a searched data setting would not reach them
+                          ("space:\n  data.min_word_freq: [1, 5]\n",
+                           "the search varies data.min_word_freq, which the sweep's shards")):
         space.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=message):
             command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])

@@ -123,6 +123,11 @@ def check_trials(spec: SweepSpec) -> None:
         if other_data:
             raise ValueError(f"arm {arm} sets {', '.join(other_data)}, which the sweep's shards (built once per fold "
                              "for every arm) do not vary: sweep it on its own")
+    searched_data = sorted({k for params in spec.samples for k in params if k.startswith("data.")} - set(ARM_DATA_KEYS))
+    if searched_data:
+        raise ValueError(f"the search varies {', '.join(searched_data)}, which the sweep's shards (built once per "
+                         "fold from the base settings) do not: every trial would train on the same shards; give it "
+                         "with --set, one sweep per value")
     for arm in spec.arms:
         for sample, params in enumerate(spec.samples):
             for replicate, rep in enumerate(spec.replicates):
