@@ -261,8 +261,9 @@ def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypa
             for name in load_manifest(out)["splits"][split]["shards"]:
                 assert pq.read_table(out / split / name).equals(pq.read_table(sample_shards / split / name))
         # Ray Train's reading path (hlgt.train.launch): read_parquet, Arrow batches, Python rows.
+        assert not ray.data.DataContext.get_current().execution_options.preserve_order  # the build's own
         ds = ray.data.read_parquet(str(out / "test"))
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        ds.context.execution_options.preserve_order = True  # as hlgt.train.launch.ordered_ingest
         read = [r for t in ds.iter_batches(batch_size=4096, batch_format="pyarrow") for r in t.to_pylist()]
         assert read == load_rows(out, "test")
     finally:

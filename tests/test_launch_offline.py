@@ -22,7 +22,7 @@ def shards(tmp_path_factory):
 
 @pytest.fixture
 def no_cluster(monkeypatch):
-    """Ray Data's reader records the folders it was asked for; the cluster has CPUs to spare."""
+    """Ray Data's reader records the files it was asked for; the cluster has CPUs to spare."""
     import ray.data
 
     read = []
@@ -38,7 +38,14 @@ def test_make_trainer_builds_the_run_without_starting_ray(shards, no_cluster, tm
     trainer = launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=2,
                                   keep=3, max_failures=2)
     assert isinstance(trainer, TorchTrainer) and not ray.is_initialized()
-    assert sorted(p.rsplit("/", 1)[-1] for p in no_cluster) == ["test", "train", "valid"]
+    # The manifest's shard files, not whatever else a split's folder holds.
+    (shards / "train" / "part-99999.parquet").write_bytes(b"left over from another build")
+    trainer = launch.make_trainer(Config.from_flat(TINY), shards, name="run", storage=str(tmp_path), workers=2,
+                                  keep=3, max_failures=2)
+    manifest = json.loads((shards / "manifest.json").read_text())["splits"]
+    assert no_cluster[-3:] == [[f"{shards}/{split}/{name}" for name in manifest[split]["shards"]]
+                               for split in ("train", "valid", "test")]
+    (shards / "train" / "part-99999.parquet").unlink()
     run = trainer.run_config
     assert (run.name, run.storage_path) == ("run", str(tmp_path))
     assert run.failure_config.max_failures == 2 and run.checkpoint_config.num_to_keep == 3
@@ -88,7 +95,8 @@ def test_shards_at_a_uri_are_read_from_it(shards, no_cluster, tmp_path):
     shutil.copytree(shards, tmp_path / "bucket" / "shards")
     uri = f"file://{tmp_path}/bucket/shards"
     trainer = launch.make_trainer(Config.from_flat(TINY), uri, name="run", storage=str(tmp_path))
-    assert sorted(no_cluster) == [f"{uri}/{split}" for split in ("test", "train", "valid")]
+    assert sorted({path.rsplit("/", 1)[0] for paths in no_cluster for path in paths}) == [
+        f"{uri}/{split}" for split in ("test", "train", "valid")]
     assert trainer.train_loop_config["shards_dir"] == uri
     on_uri = launch.make_trainer(Config.from_flat(TINY), uri, name="run", storage=f"file://{tmp_path}/runs")
     assert on_uri.train_loop_config["wandb_dir"] == "~/hlgt-wandb/run"  # wandb writes local files

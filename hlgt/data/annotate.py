@@ -120,9 +120,8 @@ def run_ray(table: pa.Table, annotator: str, model: str = "", actors: int = 1,
             batch_size: int = BATCH_SIZE) -> Iterator[pa.Table]:
     """The annotation step in a Ray Data actor pool of ``actors`` (Ray must be initialised)."""
     import ray
-    from ray.data import ActorPoolStrategy, DataContext
+    from ray.data import ActorPoolStrategy
 
-    DataContext.get_current().execution_options.preserve_order = True  # the writer needs input order
     ds = ray.data.from_arrow(_batches(table, batch_size)).map_batches(
         AnnotateGraph,
         fn_constructor_kwargs={"annotator": annotator, "model": model},
@@ -130,6 +129,9 @@ def run_ray(table: pa.Table, annotator: str, model: str = "", actors: int = 1,
         batch_size=batch_size,
         batch_format="pyarrow",
     )
+    # The writer needs input order: set on this dataset's own context, not the process's, which
+    # every later dataset (a training run's in the same process) would copy.
+    ds.context.execution_options.preserve_order = True
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield batch
 

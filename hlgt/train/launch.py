@@ -183,7 +183,9 @@ def make_trainer(cfg: Config, shards_dir: str | Path, *, name: str, storage: str
         print(f"[train] {workers} workers take equal shares of the {kept} training problems: {kept % workers} "
               f"left over are not trained on (Ray Data's equal split)", flush=True)
     ray.data.DataContext.get_current().enable_progress_bars = False  # per-epoch bars drown the progress lines
-    datasets = {s: ray.data.read_parquet(f"{shards_dir}/{s}") for s in splits}
+    # The manifest's shard files, in order: a folder may hold others (a copy over an older, larger
+    # build), which the in-process loop and evaluation never read.
+    datasets = {s: ray.data.read_parquet([f"{shards_dir}/{s}/{name}" for name in built[s]["shards"]]) for s in splits}
     wandb_mode = tracking.prepare_environment(cfg.train.wandb)  # the workers take it from loop_config
     loop_config = {
         "cfg": cfg.to_flat(), "vocab": load_vocab(shards_dir).to_dict(), "shards_dir": str(shards_dir),
