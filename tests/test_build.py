@@ -236,6 +236,17 @@ def test_cli_refuses_a_bad_number_naming_its_option_before_building(tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("in_process", [["--no-ray"], ["--actors", "0"]])
+def test_cli_refuses_a_cluster_address_with_an_in_process_build(tmp_path, capsys, in_process):
+    # It connected to the cluster and annotated there in one actor, against what --no-ray says.
+    from hlgt.commands.build import main
+
+    with pytest.raises(SystemExit):
+        main(["--dataset", "sample", *in_process, "--address", "ray://nowhere:10001", "--out", str(tmp_path / "o")])
+    assert "--address annotates on that Ray cluster; --no-ray / --actors 0 in this process" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_help_names_every_dataset_it_takes(capsys):
     from hlgt.commands.build import main
 
