@@ -117,6 +117,17 @@ def test_changed_source_or_annotator_rebuilds(ape_like, tmp_path, monkeypatch, c
     assert "--force" in capsys.readouterr().out
 
 
+def test_the_code_that_makes_a_row_is_in_the_shards_key():
+    # The annotators' adapters and rules and the raw-text tokeniser decide rows too: a change to
+    # them must rebuild, not reuse shards made by the code before.
+    from hlgt.data import build as b
+
+    data = {str(path.relative_to(b.REPO_ROOT)) for path in (b.REPO_ROOT / "hlgt" / "data").rglob("*.py")}
+    beside = {"hlgt/data/__init__.py", "hlgt/data/srl/__init__.py", "hlgt/data/collate.py", "hlgt/data/shards.py",
+              "hlgt/data/report.py", "hlgt/data/vectors.py"}  # read rows, or report, or are re-exports
+    assert data - beside <= set(b.ROW_CODE) and all((b.REPO_ROOT / m).is_file() for m in b.ROW_CODE)
+
+
 def test_problems_the_annotator_cannot_handle_are_counted(ape_like, tmp_path, monkeypatch):
     rows = [json.loads(line) for line in (SAMPLE_DIR / "zh_train.json").read_text(encoding="utf-8").splitlines()
             if line.strip()]

@@ -66,8 +66,9 @@ from hlgt.storage import (
 # Ray is imported where it is used: a `--no-ray` build runs without it.
 
 # Modules whose code decides what a row holds: any change to them rebuilds the shards.
-ROW_CODE = ("hlgt/expr.py", "hlgt/data/problems.py", "hlgt/data/numbers.py", "hlgt/data/clean.py",
-            "hlgt/data/splits.py", "hlgt/data/graph.py", "hlgt/data/vocab.py", "hlgt/data/schema.py",
+ROW_CODE = ("hlgt/expr.py", "hlgt/data/problems.py", "hlgt/data/text.py", "hlgt/data/numbers.py",
+            "hlgt/data/clean.py", "hlgt/data/splits.py", "hlgt/data/srl/common.py", "hlgt/data/srl/offline.py",
+            "hlgt/data/srl/models.py", "hlgt/data/graph.py", "hlgt/data/vocab.py", "hlgt/data/schema.py",
             "hlgt/data/annotate.py", "hlgt/data/build.py")
 
 # ---------------------------------------------------------------------------------------------
