@@ -446,6 +446,18 @@ def test_shards_at_a_uri_are_built_locally_and_copied_up(tmp_path, sample_shards
     with pytest.raises(ValueError, match=r"holds shards of other settings.*--force once none does"):
         build(other, out=uri, actors=0)
     assert load_manifest(uri)["key"] == load_manifest(sample_shards)["key"]
+    # A rebuild that fails leaves the old shards as they were: they go once the new ones are built.
+    import hlgt.data.build as b
+
+    def failing(*args, **kwargs):
+        raise ValueError("the annotator's model did not load")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(b, "_build_splits", failing)
+        with pytest.raises(ValueError, match="did not load"):
+            build(other, out=uri, actors=0, force=True)
+    assert load_manifest(uri)["key"] == load_manifest(sample_shards)["key"]
+    assert load_rows(uri, "train") == load_rows(sample_shards, "train")
     build(other, out=uri, actors=0, force=True)
     assert load_manifest(uri)["key"] == prepare(other).key
 

@@ -317,8 +317,9 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
 def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], actors: int, address: str | None,
                   force: bool, batch_size: int, t0: float) -> str:
     """Shards at a URI (a cluster's S3 storage): reused as a local folder is; else the splits to
-    build are built in a local temporary folder and copied up, each one's old shard files removed
-    first (a rebuild: every split's, and the old manifest before them), the manifest written last.
+    build are built in a local temporary folder, then each one's old shard files are removed (a
+    rebuild: every split's, and the old manifest before them) and the new ones copied up, the
+    manifest written last.
     A folder at a URI has no lock that says whether a training reads it, so shards of other
     settings there are replaced only with ``force``."""
     manifest, todo = _splits_to_build(uri, prepared, splits, force)
@@ -336,17 +337,19 @@ def _build_at_uri(cfg: Config, uri: str, prepared: Prepared, splits: list[str], 
     if foreign:  # checked for every split before anything is removed
         raise FileExistsError(f"{uri} holds files that are not shards ({', '.join(sorted(foreign)[:5])}): a build "
                               "replaces only its manifest and shard files")
-    if manifest is None and has_file(uri, MANIFEST):
-        fs.delete_file(f"{base}/{MANIFEST}")
-    for split, names in found.items():
-        if names is not None:
-            fs.delete_dir(f"{base}/{split}")
     with tempfile.TemporaryDirectory(prefix="hlgt-shards-") as stage:
         local = Path(stage) / "shards"
         _build_splits(cfg, local, prepared, None, todo, actors, address, batch_size, t0)
         built = load_manifest(local)
         if manifest is not None:  # the same key: the splits not built again stay as they are
             built["splits"] = {**{s: e for s, e in manifest["splits"].items() if s not in todo}, **built["splits"]}
+        # The old shards go only once the new ones are built: a failed or interrupted build leaves
+        # them (and their manifest) as they were.
+        if manifest is None and has_file(uri, MANIFEST):
+            fs.delete_file(f"{base}/{MANIFEST}")
+        for split, names in found.items():
+            if names is not None:
+                fs.delete_dir(f"{base}/{split}")
         for split in todo:
             copy_folder(local / split, f"{uri}/{split}")
         _write_manifest(uri, built)
