@@ -288,6 +288,27 @@ def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypa
         ds.context.execution_options.preserve_order = True  # as hlgt.train.launch.ordered_ingest
         read = [r for t in ds.iter_batches(batch_size=4096, batch_format="pyarrow") for r in t.to_pylist()]
         assert read == load_rows(out, "test")
+        # A batch whose annotation ends the actor's process (a native crash) is retried a few
+        # times, then the build stops saying so: Ray Data's default retried it forever.
+        import os
+
+        import pyarrow as pa
+
+        from hlgt.data import annotate
+
+        class Crashing:
+            def __init__(self, **kwargs):
+                pass
+
+            def __call__(self, batch):
+                if 5 in batch["index"].to_pylist():
+                    os._exit(1)
+                return batch
+
+        monkeypatch.setattr(annotate, "AnnotateGraph", Crashing)
+        with pytest.raises(ValueError, match=r"an annotation actor died 3 times on a batch of at most 4 problems, "
+                                             r"\d+ annotated before it \(its process ended"):
+            list(annotate.run_ray(pa.table({"index": list(range(16))}), "offline", actors=1, batch_size=4))
     finally:
         ray.shutdown()
 

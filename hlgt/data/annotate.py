@@ -39,6 +39,7 @@ from hlgt.data.schema import EXAMPLE_FIELDS, GRAPH_COLUMNS, SCHEMA, example_from
 ROWS_PER_SHARD = 4096
 SHARD_FILE = re.compile(r"part-\d{5}\.parquet")  # the only files a build writes in a split's folder
 BATCH_SIZE = 64  # problems per map_batches call (and per Ray block)
+ACTOR_RETRIES = 2  # restarts of an annotation actor that died, and retries of its batch
 ANNOTATION_FAILED = "annotation_failed"  # AnnotationError: the backend cannot handle the problem
 GRAPH_FAILED = "graph_failed"  # GraphError: the annotation does not fit the problem
 UNEXPECTED_ERROR = "unexpected_error"  # any other exception raised by one problem
@@ -128,12 +129,26 @@ def run_ray(table: pa.Table, annotator: str, model: str = "", actors: int = 1,
         compute=ActorPoolStrategy(size=actors),
         batch_size=batch_size,
         batch_format="pyarrow",
+        # An actor that dies on a batch (a crash in an annotator's native code, out of memory) is
+        # restarted and the batch retried this often, not forever (Ray Data's default): a batch
+        # that kills every actor given it would hang the build.
+        max_restarts=ACTOR_RETRIES,
+        max_task_retries=ACTOR_RETRIES,
     )
     # The writer needs input order: set on this dataset's own context, not the process's, which
     # every later dataset (a training run's in the same process) would copy.
     ds.context.execution_options.preserve_order = True
-    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        yield batch
+    done = 0
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            done += batch.num_rows
+            yield batch
+    except ray.exceptions.RayActorError as error:
+        raise ValueError(f"an annotation actor died {ACTOR_RETRIES + 1} times on a batch of at most {batch_size} "
+                         f"problems, {done} annotated before it (its process ended: the annotator crashed in native "
+                         f"code or ran out of memory; a Python error is counted per problem instead): build with "
+                         f"--no-ray to see the crash, or a smaller --batch-size to narrow it down "
+                         f"({type(error).__name__})") from error
 
 
 # ---------------------------------------------------------------------------------------------
