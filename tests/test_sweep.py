@@ -249,8 +249,10 @@ def test_gpus_per_worker_defaults_to_packing_and_rejects_negatives(tmp_path):
 
 def test_the_sweep_refuses_a_set_on_a_key_its_flags_set(tmp_path):
     # --set and the YAML's set won over some flags and lost to others; now neither may name their keys.
-    with pytest.raises(ValueError, match="--set train.workers=... and --workers-per-trial both set"):
-        command.make_spec(command.build_parser().parse_args(["--storage", str(tmp_path), "--set", "train.workers=2"]))
+    for key, flag in (("train.workers", "--workers-per-trial"), ("train.seed", "--seeds"), ("data.fold", "--folds"),
+                      ("train.out_dir", "--storage")):  # the replicates' seeds and folds, the trials' folder
+        with pytest.raises(ValueError, match=f"--set {key}=... and {flag} both set"):
+            command.make_spec(command.build_parser().parse_args(["--storage", str(tmp_path), "--set", f"{key}=1"]))
     yaml_file = tmp_path / "sweep.yaml"
     yaml_file.write_text("set:\n  data.dataset: math23k\n")
     with pytest.raises(ValueError, match="sweep.yaml's set: data.dataset=... and --dataset both set"):
@@ -566,6 +568,14 @@ def test_a_re_run_of_other_settings_is_refused_naming_each_change(tmp_path):
         with pytest.raises(ValueError,
                            match=rf"{spec.root} holds a sweep of other settings \({change}\): --fresh starts"):
             command.main(argv + extra)
+    with pytest.raises(ValueError, match=r"other settings \(train.workers 1 -> 2\)"):  # a batch per worker
+        command.main(argv + ["--workers-per-trial", "2"])
+    # A sweep.json written by older code: the worker count unrecorded, a key added since missing.
+    saved = Path(spec.root) / "sweep.json"
+    older = json.loads(saved.read_text())
+    del older["train.workers"], older["model.comparison_init"]
+    saved.write_text(json.dumps(older))
+    check_same_sweep(again)
     remove_earlier(spec)  # --fresh: the earlier settings go with the sweep
     check_same_sweep(command.make_spec(command.build_parser().parse_args(argv + ["--ablation", "gts"])))
 

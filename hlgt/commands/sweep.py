@@ -103,7 +103,8 @@ MAX_TRIALS = 3000
 # The config keys this command's flags set: neither ``--set`` nor the YAML's ``set`` may name them.
 FLAG_KEYS = {"data.dataset": "--dataset", "data.data_dir": "--data-dir", "data.mawps_folds": "--mawps-folds",
              "data.mawps_valid": "--no-mawps-valid", "train.wandb": "--no-wandb", "train.use_gpu": "--gpus-per-worker",
-             "train.workers": "--workers-per-trial"}
+             "train.workers": "--workers-per-trial", "train.seed": "--seeds", "data.fold": "--folds",
+             "train.out_dir": "--storage"}
 # The search flags and the config key each one searches.
 SEARCH_FLAGS = {"heads": "model.heads", "layers": "model.layers", "beta_com": "model.beta_com", "lr": "train.lr",
                 "hidden": "model.hidden_size"}

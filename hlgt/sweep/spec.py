@@ -208,10 +208,18 @@ def check_same_sweep(spec: SweepSpec, must_exist: bool = False) -> None:
         return
     from hlgt.train.checkpoint import changed_settings
 
-    changed = changed_settings(saved, settings(spec))
+    changed = changed_settings({**unrecorded(spec), **saved}, settings(spec))
     if changed:
         raise ValueError(f"{spec.root} holds a sweep of other settings ({'; '.join(changed)}): --fresh starts it "
                          "over, --name NAME runs a new sweep beside it")
+
+
+def unrecorded(spec: SweepSpec) -> dict[str, Any]:
+    """What a ``sweep.json`` written by older code may lack: a config key added since takes its
+    default (as a run's ``run_config.json`` does), the worker count (a placement setting then,
+    never recorded) this sweep's."""
+    defaults = json.loads(json.dumps(Config().to_flat()))
+    return {**defaults, "train.workers": spec.centre.train.workers}
 
 
 def save_settings(spec: SweepSpec) -> None:
