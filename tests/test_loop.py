@@ -593,6 +593,28 @@ def test_ranks_start_from_one_initialisation_but_draw_dropout_apart(shards):
     assert torch.equal(torch.get_rng_state(), stream_0)  # rank 0's stream is the run's seed's, as before
 
 
+def test_a_resumed_rank_past_0_does_not_draw_its_first_masks_again(shards, tmp_path):
+    # The checkpoint holds rank 0's generators; another rank resumes from a seed of its rank and
+    # epoch, not at the start of its stream again (its first epochs' dropout masks).
+    import torch
+
+    from hlgt.train.checkpoint import write_checkpoint
+
+    trainer = loop.Trainer(tiny(), shards, loop.Runtime(), None, None)
+    trainer.state["epoch"] = 1
+    write_checkpoint(tmp_path / "ck", tiny(), trainer.solver, trainer.best_weights, trainer.opt, trainer.sched,
+                     trainer.state)
+    loop.Trainer(tiny(), shards, loop.Runtime(rank=1, world_size=2), None, None)
+    fresh = torch.get_rng_state()
+    loop.Trainer(tiny(), shards, loop.Runtime(rank=1, world_size=2), None, tmp_path / "ck")
+    resumed = torch.get_rng_state()
+    trainer.state["epoch"] = 2
+    write_checkpoint(tmp_path / "ck2", tiny(), trainer.solver, trainer.best_weights, trainer.opt, trainer.sched,
+                     trainer.state)
+    loop.Trainer(tiny(), shards, loop.Runtime(rank=1, world_size=2), None, tmp_path / "ck2")
+    assert not torch.equal(resumed, fresh) and not torch.equal(torch.get_rng_state(), resumed)
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_resumed_run_on_a_gpu_goes_on_with_the_gpus_generator(shards, tmp_path):
     # Dropout on a GPU draws from the GPU's generator: a resume restores it, or it would replay

@@ -204,10 +204,12 @@ class Trainer:
         self.best_weights = {k: v.to(self.rt.device) for k, v in best.items()}
         self.opt.load_state_dict(saved["optimizer"])
         self.sched.load_state_dict(saved["scheduler"])
-        if self.main:  # rank 0's generators (the others keep their own streams, seeded apart)
+        if self.main:  # the checkpoint holds rank 0's generators
             torch.set_rng_state(saved["rng"])
             if saved.get("cuda_rng") is not None and self.rt.device.type == "cuda":  # dropout on a GPU draws there
                 torch.cuda.set_rng_state(saved["cuda_rng"], self.rt.device)
+        else:  # the others draw on from a seed of their rank and the epoch, not their first masks again
+            seed_everything(self.cfg.train.seed + 1_000_003 * self.rt.rank + 7_919 * saved["epoch"])
         # A checkpoint written before runs drew W&B ids goes on writing to its name's W&B run (None).
         self.state = {k: saved[k] if k != "wandb_id" else saved.get(k) for k in fresh_state()}
         self.state["starts"] = list(self.state["starts"]) + [self.state["epoch"]]  # where each (re)start began
