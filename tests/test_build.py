@@ -306,8 +306,16 @@ def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypa
                 return batch
 
         monkeypatch.setattr(annotate, "AnnotateGraph", Crashing)
-        with pytest.raises(ValueError, match=r"an annotation actor died 3 times on a batch of at most 4 problems, "
-                                             r"\d+ annotated before it \(its process ended"):
+        with pytest.raises(ValueError, match=r"the annotation stopped, \d+ problems annotated: an actor could not "
+                                             r"start or died 3 times on a batch of at most 4 problems \(.*died"):
+            list(annotate.run_ray(pa.table({"index": list(range(16))}), "offline", actors=1, batch_size=4))
+
+        class NotLoading:  # an annotator model that cannot load: its own message, not a crash's
+            def __init__(self, **kwargs):
+                raise ValueError("cannot load LTP model LTP/nope: set data.annotator_model")
+
+        monkeypatch.setattr(annotate, "AnnotateGraph", NotLoading)
+        with pytest.raises(ValueError, match=r"\(ValueError: cannot load LTP model LTP/nope: set data.annotator_model\)"):
             list(annotate.run_ray(pa.table({"index": list(range(16))}), "offline", actors=1, batch_size=4))
     finally:
         ray.shutdown()

@@ -144,11 +144,13 @@ def run_ray(table: pa.Table, annotator: str, model: str = "", actors: int = 1,
             done += batch.num_rows
             yield batch
     except ray.exceptions.RayActorError as error:
-        raise ValueError(f"an annotation actor died {ACTOR_RETRIES + 1} times on a batch of at most {batch_size} "
-                         f"problems, {done} annotated before it (its process ended: the annotator crashed in native "
-                         f"code or ran out of memory; a Python error is counted per problem instead): build with "
-                         f"--no-ray to see the crash, or a smaller --batch-size to narrow it down "
-                         f"({type(error).__name__})") from error
+        # Ray's last line names the cause: an error in the actor's start (an annotator model that
+        # cannot load), or its process's end (a native crash, out of memory).
+        cause = ([line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__])[-1]
+        raise ValueError(f"the annotation stopped, {done} problems annotated: an actor could not start or died "
+                         f"{ACTOR_RETRIES + 1} times on a batch of at most {batch_size} problems ({cause}). A crash "
+                         f"in an annotator's native code or out of memory: build with --no-ray to see it, or a "
+                         f"smaller --batch-size to narrow it down") from error
 
 
 # ---------------------------------------------------------------------------------------------
