@@ -49,6 +49,8 @@ def test_run_ids_are_stable_and_safe():
     assert tracking.run_id("sweep/full-s0-r0 trial:1") == tracking.run_id("sweep/full-s0-r0 trial:1")
     assert tracking.run_id("sweep/full-s0-r0 trial:1") == "sweep-full-s0-r0-trial-1"
     assert tracking.run_id("sweep/full-s0-r0 trial:1", "1f2e3d4c") == "sweep-full-s0-r0-trial-1-1f2e3d4c"
+    long = "g" * 115 + "/trial"  # a run from before start ids resumes into its W&B run: cut at 120, as then
+    assert tracking.run_id(long) == ("g" * 115 + "-trial")[:120] and len(tracking.run_id(long, "1f2e3d4c")) == 119
 
 
 def test_offline_run_holds_config_metrics_and_predictions_but_never_the_key(clean_env, tmp_path):

@@ -25,6 +25,7 @@ import logging
 import math
 import posixpath
 import statistics
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -548,7 +549,8 @@ def summarise(spec: SweepSpec, trials: dict[str, list[TrialOutcome]],
     mode = tracking.prepare_environment(enabled)
     tracker = tracking.start({"sweep": spec.name, "arms": spec.arms, **spec.base}, enabled=enabled,
                              project=centre.train.wandb_project, name=f"{spec.name}-results",
-                             group=spec.name, directory=spec.wandb_dir, job_type="summary", mode=mode)
+                             group=spec.name, directory=spec.wandb_dir, job_type="summary", mode=mode,
+                             start_id=uuid.uuid4().hex[:8])  # its own W&B run each time, a --fresh sweep's too
     directory = spec.so_far_dir if so_far else spec.local_dir
     try:
         selected = [select_and_test(spec, arm, trials[arm], tracker, directory, reuse=bool(so_far))

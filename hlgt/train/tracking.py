@@ -77,8 +77,8 @@ def prepare_environment(enabled: bool) -> str:
 def run_id(name: str, start_id: str | None = None) -> str:
     """A W&B run id: the run's name, and the id its fresh start drew (``start_id``), so that its
     resumes write to its W&B run and a run started over under the same name gets a run of its own."""
-    base = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:110] or "run"
-    return f"{base}-{start_id}" if start_id else base
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "run"
+    return f"{base[:110]}-{start_id}" if start_id else base[:120]  # 120: a run from before start ids
 
 
 class Tracker:
