@@ -93,15 +93,14 @@ def decode(solver, row: Mapping[str, Any], variant: str, beam_size: int | None =
 
 def _unread(flat: Mapping[str, Any]) -> set[str]:
     """The settings the model of ``flat`` never reads (``Config.unread_keys``: GTS reads no graph)."""
-    known = Config().to_flat()  # a model saved with keys since retired is still explained
-    return Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.") and k in known}).unread_keys()
+    return Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).unread_keys()
 
 
 def reads(flat: Mapping[str, Any]) -> dict[str, bool]:
     """What the model of ``flat`` reads of a problem's graph, as ``page`` takes it: the graph at
     all, and its line graph."""
     unread = _unread(flat)
-    return {"graph": "data.graph" not in unread,
+    return {"reads_graph": "data.graph" not in unread,
             "line_graph": bool(flat["model.line_graph"]) and "model.line_graph" not in unread}
 
 
@@ -154,15 +153,14 @@ def data_page(problem, annotator, variant: str, about: Sequence[tuple[str, str]]
 
 def page(row: Mapping[str, Any], variant: str, *, decoded: Decoded | None = None, notice: str | None = None,
          notice_title: str = "The model cannot read this problem", about: Sequence[tuple[str, str]] = (),
-         graph: bool = True, line_graph: bool = True) -> str:
+         reads_graph: bool = True, line_graph: bool = True) -> str:
     """The page of one problem (module docstring). ``row``: a shard row, its graph columns empty
     when no graph could be built; ``variant``: the graph arm drawn (``GRAPH_VARIANTS``);
     ``decoded``: the model's reading (None: a page of the data alone); ``notice``: why the model
-    cannot read the problem; ``graph``, ``line_graph``: whether the model reads the graph and its
-    line graph (``reads``)."""
+    cannot read the problem; ``reads_graph``, ``line_graph``: whether the model reads the graph and
+    its line graph (``reads``)."""
     if variant not in GRAPH_VARIANTS:
         raise ValueError(f"unknown graph variant {variant!r}; expected one of {sorted(GRAPH_VARIANTS)}")
-    read = graph  # whether the model reads a graph; ``graph`` is the problem's from here on
     graph = select_variant(Graph.from_lists(row), variant) if len(row["node_pos"]) else None
     quantity = quantity_nodes(graph, row["num_pos"]) if graph is not None else []
     names = node_names(graph, row, quantity) if graph is not None else []
@@ -171,7 +169,7 @@ def page(row: Mapping[str, Any], variant: str, *, decoded: Decoded | None = None
         body.append(f'<div class="notice"><b>{esc(notice_title)}:</b> {esc(notice)}</div>')
     body.append(_text_section(row, graph))
     body.append(_answer_section(row, decoded))
-    body.append(_graph_section(graph, variant, names, quantity, read, line_graph))
+    body.append(_graph_section(graph, variant, names, quantity, reads_graph, line_graph))
     if decoded is not None:
         body.append(_attention_section(graph, decoded, names, quantity))
     data = _page_data(graph, names)
@@ -288,11 +286,11 @@ def _leaf(token: str, numbers: Sequence[str]) -> tuple[str, str]:
 
 
 def _graph_section(graph: Graph | None, variant: str, names: list[str], quantity: Sequence[int],
-                   read: bool, line_graph: bool) -> str:
+                   reads_graph: bool, line_graph: bool) -> str:
     parts = " + ".join(GRAPH_VARIANTS[variant])
     head = f'<section id="graph"><h2>Graph</h2><p class="note">graph arm <b>{variant}</b> (parts {parts}): ' \
            "the edges of other parts are not drawn.</p>"
-    if not read:
+    if not reads_graph:
         head += ('<p class="note"><b>This model reads no graph</b> (no graph encoder): the graph is drawn as the '
                  "data pipeline builds it, for reference.</p>")
     if graph is None:

@@ -107,8 +107,8 @@ def test_a_page_says_what_of_the_graph_its_model_reads(encoder, reads_graph, rea
     # GTS reads no graph, the HGT and RGAT baselines no line graph: the page does not claim they do.
     from hlgt.config import Config
 
-    flat = {**Config.from_flat({"model.encoder": encoder}).to_flat(), "model.retired_key": 1}
-    assert explain.reads(flat) == {"graph": reads_graph, "line_graph": reads_line_graph}
+    flat = Config.from_flat({"model.encoder": encoder}).to_flat()
+    assert explain.reads(flat) == {"reads_graph": reads_graph, "line_graph": reads_line_graph}
     arm = dict(explain.about_model("m", flat))["arm"]
     assert [part.removesuffix(" (not read)") for part in arm.split(", ") if part.endswith("(not read)")] == not_read
     page = explain.page(sample_row("zh-22"), "srl", **explain.reads(flat))
