@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             flat[key] = value
     cfg = Config.from_flat(flat)
     actors = [0] if args.no_ray else args.actors
-    if args.address is not None and 0 in actors:
+    if args.address is not None and (actors == [0] or 0 in actors and not args.bench):  # bench: 0 is the baseline
         p.error("--address annotates on that Ray cluster; --no-ray / --actors 0 in this process: give one of them")
     if args.bench:
         if args.split is None or len(args.split) != 1:
