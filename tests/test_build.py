@@ -315,7 +315,8 @@ def test_ray_actor_pool_writes_the_same_shards(sample_shards, tmp_path, monkeypa
                 raise ValueError("cannot load LTP model LTP/nope: set data.annotator_model")
 
         monkeypatch.setattr(annotate, "AnnotateGraph", NotLoading)
-        with pytest.raises(ValueError, match=r"\(ValueError: cannot load LTP model LTP/nope: set data.annotator_model\)"):
+        with pytest.raises(ValueError,
+                           match=r"\(ValueError: cannot load LTP model LTP/nope: set data.annotator_model\)"):
             list(annotate.run_ray(pa.table({"index": list(range(16))}), "offline", actors=1, batch_size=4))
     finally:
         ray.shutdown()

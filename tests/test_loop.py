@@ -179,7 +179,8 @@ def test_report_is_required(shards):
 def test_train_command_config_and_run_name(capsys):
     from hlgt.commands.train import build_parser, make_config, run_name
 
-    args = build_parser().parse_args(["--dataset", "mawps", "--fold", "2", "--ablation", "gts", "--set", "train.seed=4"])
+    args = build_parser().parse_args(["--dataset", "mawps", "--fold", "2", "--ablation", "gts",
+                                      "--set", "train.seed=4"])
     cfg = make_config(args)
     assert (cfg.data.mawps_folds, cfg.model.encoder, cfg.train.lr_step) == ("grouped", "none", 10)
     assert run_name(cfg, "gts") == "mawps-fold2-gts-seed4"

@@ -8,7 +8,8 @@ unwritable files and folders). Anything else is a bug and keeps its traceback. C
 command with one line and exit status 130.
 
 ``positive_int``, ``non_negative_int``, ``positive_float``, ``beam_size`` and ``device`` are argparse
-types: argparse names the option of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a command's own flags set.
+types: argparse names the option of a bad value. ``refuse_flag_keys`` keeps ``--set`` off the keys a
+command's own flags set.
 """
 from __future__ import annotations
 

@@ -58,7 +58,15 @@ from hlgt import metrics as M
 from hlgt.data.annotate import FileCounts
 from hlgt.data.collate import collate, trainable
 from hlgt.draw import bar_chart
-from hlgt.expr import ExprError, as_written, eval_prefix, format_answer, infix_with_numbers, numbers_written, values_match
+from hlgt.expr import (
+    ExprError,
+    as_written,
+    eval_prefix,
+    format_answer,
+    infix_with_numbers,
+    numbers_written,
+    values_match,
+)
 from hlgt.inference import predict
 from hlgt.pages import PageFolder
 from hlgt.storage import replacing, write_text

@@ -79,7 +79,8 @@ class EpochStats:
         """The largest gradient norms: the whole model's, each part's (equal on every worker:
         the gradients are all-reduced)."""
         norm_max = self.norm_max.tolist()
-        return {M.TRAIN_GRAD_NORM_MAX: norm_max[0], **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
+        return {M.TRAIN_GRAD_NORM_MAX: norm_max[0],
+                **{M.grad_norm_metric(p): v for p, v in zip(self.parts, norm_max[1:])}}
 
     def scale_means(self, sums: torch.Tensor) -> dict[str, float]:
         """Each activation's mean scale from ``sums`` (``sums()``, summed over workers)."""
@@ -124,10 +125,11 @@ AHEAD = 2
 def planned(batches: Iterable, plan: Callable, device: torch.device) -> Iterator:
     """``plan(batch)`` for each of ``batches``, in order. On a GPU a thread collates and plans up to
     ``AHEAD`` batches before the step that takes them: that is Python on the host, which inline
-    would run between two steps' launches while the GPU's queue drains; a step's own host calls (the autograd engine, cuDNN, kernel launches) release
-    the GIL, and the thread's work fits beside them. On the CPU the thread would only take a core
-    from the step: planned inline. ``plan`` runs on the CPU alone, so the thread makes no CUDA call
-    that could break a graph being captured meanwhile."""
+    would run between two steps' launches while the GPU's queue drains; a step's own host calls
+    (the autograd engine, cuDNN, kernel launches) release the GIL, and the thread's work fits
+    beside them. On the CPU the thread would only take a core from the step: planned inline.
+    ``plan`` runs on the CPU alone, so the thread makes no CUDA call that could break a graph being
+    captured meanwhile."""
     if device.type != "cuda":
         return map(plan, batches)
     return _ahead(map(plan, batches))
