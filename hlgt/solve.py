@@ -88,7 +88,7 @@ def problem_row(text: str, lang: str | None, annotator, segmented: tuple[str, ..
     if len(text) > MAX_TEXT_CHARS:
         raise ValueError(f"the problem text has {len(text)} characters; at most {MAX_TEXT_CHARS} are read")
     lang = lang or guess_lang(text)
-    tokens, quantities = extract_quantities(list(segmented) if segmented is not None else tokenize(text, lang))
+    tokens, quantities = extract_quantities(_tokens(text, lang, segmented))
     if not quantities:
         raise ValueError("no quantities found in the text: write its numbers in digits (in a Chinese text "
                          "without digits, numerals before a measure word are read, as in 三个, and 一半)")
@@ -104,6 +104,11 @@ def problem_row(text: str, lang: str | None, annotator, segmented: tuple[str, ..
     return to_row(example, build_graph(example, annotation))
 
 
+def _tokens(text: str, lang: str, segmented: tuple[str, ...] | None) -> list[str]:
+    """A record's own tokens when it has them, else the text tokenised."""
+    return list(segmented) if segmented is not None else tokenize(text, lang)
+
+
 def partial_row(text: str | None, lang: str | None, annotator,
                 segmented: tuple[str, ...] | None = None) -> tuple[dict, str | None]:
     """What can be read of a text that ``problem_row`` refuses, for a page that shows why: its
@@ -114,7 +119,7 @@ def partial_row(text: str | None, lang: str | None, annotator,
     if not readable:
         tokens, quantities = [], []
     else:
-        tokens, quantities = extract_quantities(list(segmented) if segmented is not None else tokenize(text, lang))
+        tokens, quantities = extract_quantities(_tokens(text, lang, segmented))
     example = Example(id="input", lang=lang, source="solve", tokens=tokens, quantities=quantities, prefix=None,
                       answer=math.nan)
     return example_row(example, annotator) if tokens else (to_row(example, EMPTY_GRAPH), None)
@@ -155,8 +160,8 @@ def unknown_words(row: dict, vocab) -> list[str]:
     """The row's words (its quantities aside) that ``vocab`` lacks, each once in order: the model
     reads them as ``<unk>``. Most of a text unknown is a text the model cannot read (another
     language, another segmentation)."""
-    slots = set(row["num_pos"])
-    unknown = [t for i, t in enumerate(row["tokens"]) if i not in slots and vocab.word_id(t) == vocab.word_id(UNK)]
+    slots, unk = set(row["num_pos"]), vocab.word_id(UNK)
+    unknown = [t for i, t in enumerate(row["tokens"]) if i not in slots and vocab.word_id(t) == unk]
     return list(dict.fromkeys(unknown))
 
 

@@ -158,6 +158,11 @@ def train(
     return TrainResult(metrics=final, history=trainer.state["history"], checkpoint=checkpoint)
 
 
+def _rank_seed(cfg: Config, rank: int, epoch: int) -> int:
+    """The seed of a rank past 0's generators when it starts, or resumes after ``epoch``."""
+    return cfg.train.seed + 1_000_003 * rank + 7_919 * epoch
+
+
 def placed_by_id(rows: list[dict], parts: list[list[tuple[str, Any]]]) -> list[Any]:
     """The ranks' gathered ``(id, prediction)`` pairs in the order of ``rows``. A rank that read the
     rows in another order would have decoded its slice of that order, some problems twice and
@@ -184,7 +189,7 @@ class Trainer:
         self.vocab = vocab if vocab is not None else load_vocab(shards_dir)
         self.solver = Solver(cfg.model, self.vocab).to(rt.device)
         if rt.rank:  # one initialisation on every rank, then dropout masks of their own
-            seed_everything(cfg.train.seed + 1_000_003 * rt.rank)
+            seed_everything(_rank_seed(cfg, rt.rank, epoch=0))
         if cfg.train.word_vectors and self.main and resume_from is None:
             # Rank 0 only: DDP broadcasts rank 0's weights to the others.
             _load_word_vectors(self.solver, self.vocab, cfg.train.word_vectors, self.log)
@@ -209,7 +214,7 @@ class Trainer:
             if saved.get("cuda_rng") is not None and self.rt.device.type == "cuda":  # dropout on a GPU draws there
                 torch.cuda.set_rng_state(saved["cuda_rng"], self.rt.device)
         else:  # the others draw on from a seed of their rank and the epoch, not their first masks again
-            seed_everything(self.cfg.train.seed + 1_000_003 * self.rt.rank + 7_919 * saved["epoch"])
+            seed_everything(_rank_seed(self.cfg, self.rt.rank, saved["epoch"]))
         # A checkpoint written before runs drew W&B ids goes on writing to its name's W&B run (None).
         self.state = {k: saved[k] if k != "wandb_id" else saved.get(k) for k in fresh_state()}
         self.state["starts"] = list(self.state["starts"]) + [self.state["epoch"]]  # where each (re)start began
