@@ -1,5 +1,6 @@
 """The training loop in one process on the sample data: checkpoint, reload, resume, outputs."""
 import json
+import re
 import shutil
 
 import pytest
@@ -573,7 +574,9 @@ def test_a_run_started_over_under_its_name_gets_a_w_and_b_run_of_its_own(shards,
     def command(*more):
         assert main(["--dataset", "sample", "--shards", str(shards), "--no-ray", "--storage", str(tmp_path), *sets,
                      "--set", "train.epochs=3", *more]) == 0
-        return {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "sample-full-seed1" / "wandb").glob("offline-run-*")}
+        # offline-run-<time>-<run id>[-<n>]: W&B adds -<n> when a folder of that second and id exists
+        folders = (tmp_path / "sample-full-seed1" / "wandb").glob("offline-run-*")
+        return {re.search(r"-([0-9a-f]{8})(?:-\d+)?$", p.name).group(1) for p in folders}
 
     first = command("--set", "train.max_minutes=1e-6")  # stops after epoch 1
     assert len(first) == 1 and command() == first  # the rest of the schedule: the same W&B run
