@@ -172,6 +172,30 @@ def test_time_budget_stops_after_the_epoch_that_crosses_it_and_a_rerun_goes_on(s
     assert _logged_epochs(run) == [1, 1, 2, 2, 3, 4, 5, 5]  # each epoch once, each stop's test report after it
 
 
+def test_a_schedule_stopped_by_its_time_budget_keeps_the_model_one_call_would(shards, tmp_path, monkeypatch):
+    # The stop's epoch is validated for its report; were it a candidate for best, a schedule over
+    # several calls could keep a model that one call through it never keeps (here epoch 2's 0.9).
+    from types import SimpleNamespace
+
+    scores = {1: 0.1, 2: 0.9, 3: 0.5}
+
+    def scripted(self):
+        score = scores[self.state["epoch"] + 1]
+        return SimpleNamespace(value_acc=score, equation_acc=score)
+
+    monkeypatch.setattr(loop.Trainer, "validation_report", scripted)
+    cfg = {"train.epochs": 3, "train.eval_every": 3}
+    straight = loop.train(tiny(**cfg), shards, run_dir=tmp_path / "a")
+    loop.train(tiny(**cfg, **{"train.max_minutes": 1e-6}), shards, run_dir=tmp_path / "b")
+    stopped = loop.train(tiny(**cfg, **{"train.max_minutes": 1e-6}), shards, run_dir=tmp_path / "b",
+                         resume_from=tmp_path / "b" / "checkpoint")
+    assert stopped.metrics[M.EPOCH] == 2 and stopped.history[1][M.VAL_VALUE_ACC] == 0.9  # reported
+    resumed = loop.train(tiny(**cfg), shards, run_dir=tmp_path / "b", resume_from=tmp_path / "b" / "checkpoint")
+    assert straight.metrics[M.BEST_EPOCH] == resumed.metrics[M.BEST_EPOCH] == 3
+    assert [m[M.VAL_VALUE_ACC] for m in resumed.history] == [0.1, 0.9, 0.5]
+    assert [m[M.VAL_VALUE_ACC] for m in straight.history] == [0.1, 0.1, 0.5]
+
+
 def test_report_is_required(shards):
     with pytest.raises(ValueError, match="report"):
         loop.train(tiny(), shards)

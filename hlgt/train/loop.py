@@ -11,10 +11,12 @@ decodes every world_size-th problem, rank 0 gathers and scores them all: a probl
 does not depend on which rank or batch decodes it), rank 0 keeps the best model by validation
 value accuracy (test is never looked at) and writes a checkpoint that every rank then reports.
 ``train.max_minutes`` ends training early, after the epoch that crosses it (all ranks agree through
-the all-reduce), and the best model is evaluated as after the last epoch; the run is not finished,
-though: run again, it goes on from the epoch it stopped after (one schedule over several
-time-limited calls). After the last epoch rank 0 evaluates the best model once on test and writes
-the predictions files and the Table-4 breakdown into the final checkpoint.
+the all-reduce; that epoch is validated for its own report, the best model being chosen among the
+scheduled validations alone), and the best model is evaluated as after the last epoch; the run is
+not finished, though: run again, it goes on from the epoch it stopped after (one schedule over
+several time-limited calls, keeping the model one call would). After the last epoch rank 0
+evaluates the best model once on test and writes the predictions files and the Table-4 breakdown
+into the final checkpoint.
 
 ``train`` reads top to bottom: a ``Trainer`` is set up (model, optimizer, fresh or resumed
 state), ``fit`` runs the epochs (``train_epoch``, ``validate``, ``report_epoch``), ``finish``
@@ -278,9 +280,8 @@ class Trainer:
             started = time.perf_counter()
             metrics, out_of_time = self.train_epoch(epoch, run_started)
             # The same on every rank.
-            due = (epoch == 1 or epoch == epochs or out_of_time
-                   or epoch % max(self.cfg.train.eval_every, 1) == 0)
-            evaluated = self.validate(epoch, metrics, due)
+            scheduled = epoch == 1 or epoch == epochs or epoch % max(self.cfg.train.eval_every, 1) == 0
+            evaluated = self.validate(epoch, metrics, scheduled or out_of_time, scheduled)
             self.state["epoch"] = epoch
             self.state["history"].append(metrics)
             self.log(_progress(epoch, epochs, metrics, evaluated, time.perf_counter() - started))
@@ -316,18 +317,22 @@ class Trainer:
             sums = self.rt.all_reduce(sums)
         return _epoch_metrics(epoch, sums[1:], lr, elapsed, stats), bool(sums[0] > 0)
 
-    def validate(self, epoch: int, metrics: dict, due: bool) -> bool:
-        """When ``due``, evaluate on validation and keep the model if it is the best so far (rank 0
-        decides); either way add the latest validation metrics to ``metrics``. Returns whether this
-        rank scored a validation split."""
+    def validate(self, epoch: int, metrics: dict, due: bool, scheduled: bool) -> bool:
+        """When ``due``, evaluate on validation; either way add the latest validation metrics to
+        ``metrics``. A ``scheduled`` validation keeps the model if it is the best so far (rank 0
+        decides) and is carried into later epochs' metrics; one due only to the time budget is this
+        epoch's alone, so that a schedule stopped and resumed keeps the best model and carries the
+        metrics of one trained straight through. Returns whether this rank scored a validation split."""
         valid = self.validation_report() if due else None
         val_loss = self.validation_loss() if due else None
         evaluated = self.main and due
-        if evaluated:
+        if evaluated and (scheduled or valid is None):  # without a validation split: the latest model
             self._keep_if_best(epoch, valid)
         # Every report carries validation metrics (the latest evaluation; 0 before the first or
         # without a validation split) so that schedulers and checkpoint ranking always find them.
         metrics.update(self.state["last_val"] or {M.VAL_VALUE_ACC: 0.0, M.VAL_EQUATION_ACC: 0.0})
+        if evaluated and valid is not None and not scheduled:
+            metrics.update({M.VAL_VALUE_ACC: valid.value_acc, M.VAL_EQUATION_ACC: valid.equation_acc})
         if val_loss is not None:
             metrics[M.VAL_TREE_LOSS] = val_loss
         return evaluated and valid is not None
