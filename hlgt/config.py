@@ -33,6 +33,12 @@ MAWPS_FOLD_SCHEMES = ("grouped", "graph2tree", "graph2tree-1921")
 # The graph variants an arm may read (hlgt.data.graph.GRAPH_VARIANTS says which edges each keeps):
 # Table 2's three graphs and the numerical comparison graph alone.
 GRAPHS = ("srl", "parse", "quantity_cell", "nc")
+# Who writes the graphs' semantic roles (hlgt.data.srl), and the model's choices (hlgt.model).
+ANNOTATORS = ("offline", "ltp", "hanlp")
+ENCODERS = ("hlgt", "hgt", "rgat", "none")
+COMPARISON_INITS = ("zeros", "uniform")
+# numpy's legacy generator, which every start seeds, takes 32 bits.
+MAX_SEED = 2**32 - 1
 # Bounds of the model's sizes, far beyond any trained here (the paper's: 128 / 512 / 2 / 5 / 45):
 # a hand-edited 1e11 is refused when the config is made, not when torch tries to allocate it.
 MAX_WIDTH = 16_384
@@ -157,6 +163,12 @@ class Config:
              f"must be one of {', '.join(MAWPS_FOLD_SCHEMES)}"),
             ("data.mawps_valid", mawps or d.mawps_valid,
              "can be false only for MAWPS (the other datasets' validation is a file)"),
+            ("data.annotator", d.annotator in ANNOTATORS, f"must be one of {', '.join(ANNOTATORS)}"),
+            ("data.min_word_freq", d.min_word_freq >= 1, "must be >= 1 (1 keeps every training word)"),
+            ("data.min_const_freq", d.min_const_freq >= 1, "must be >= 1"),
+            ("model.encoder", m.encoder in ENCODERS, f"must be one of {', '.join(ENCODERS)}"),
+            ("model.comparison_init", m.comparison_init in COMPARISON_INITS,
+             f"must be one of {', '.join(COMPARISON_INITS)}"),
             ("model.hidden_size", 1 <= m.hidden_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
             ("model.embedding_size", 1 <= m.embedding_size <= MAX_WIDTH, f"must lie in 1..{MAX_WIDTH}"),
             ("model.heads", m.heads >= 1 and m.hidden_size % m.heads == 0,
@@ -177,6 +189,8 @@ class Config:
             ("train.lr_gamma", math.isfinite(t.lr_gamma) and t.lr_gamma > 0.0, "must be a finite number > 0"),
             ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
             ("train.workers", t.workers >= 1, "must be >= 1"),
+            ("train.threads", t.threads >= 0, "must be >= 0 (0: torch's default)"),
+            ("train.seed", 0 <= t.seed <= MAX_SEED, f"must lie in 0..{MAX_SEED}"),
             ("train.grad_clip", math.isfinite(t.grad_clip) and t.grad_clip >= 0.0,
              "must be a finite number >= 0 (0: no clipping)"),
             # The HGT and RGAT baselines' layers are not checked on padded graphs; replaying a step
@@ -226,7 +240,7 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
         if hasattr(value, "__index__") and not isinstance(value, bool):  # numpy ints from Tune
             return int(value)
     elif kind is float:
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool) or hasattr(value, "__float__"):
+        if not isinstance(value, bool) and (isinstance(value, (int, float, str)) or hasattr(value, "__float__")):
             try:
                 return float(value)
             except (TypeError, ValueError):

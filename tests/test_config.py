@@ -73,10 +73,35 @@ def test_every_command_rejects_an_unknown_arm_alike(module):
     ({"model.layers": 10_000}, "model.layers=10000"), ({"model.beam_size": 10**6}, "model.beam_size=1000000"),
     ({"model.max_output_len": 10**7}, "model.max_output_len=10000000"),
     ({"data.graph": "sr"}, "data.graph='sr' must be one of srl, parse, quantity_cell, nc"),
+    ({"model.encoder": "foo"}, "model.encoder='foo' must be one of hlgt, hgt, rgat, none"),
+    ({"model.comparison_init": "bar"}, "model.comparison_init='bar' must be one of zeros, uniform"),
+    ({"data.annotator": "spacy"}, "data.annotator='spacy' must be one of offline, ltp, hanlp"),
+    ({"data.min_const_freq": 0}, "data.min_const_freq=0 must be >= 1"),
+    ({"data.min_word_freq": -1}, "data.min_word_freq=-1 must be >= 1"),
+    ({"train.threads": -3}, "train.threads=-3 must be >= 0"),
+    ({"train.seed": -5}, "train.seed=-5 must lie in 0..4294967295"), ({"train.seed": 1e30}, "train.seed=1000000"),
 ])
 def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
     with pytest.raises(ValueError, match=f"bad config: {named}"):
         C.Config.from_flat(flat)
+
+
+@pytest.mark.parametrize("key", ["train.lr", "model.dropout", "train.max_minutes", "model.beta_com"])
+@pytest.mark.parametrize("value", [True, False])
+def test_a_boolean_is_no_number(key, value):
+    # YAML reads `lr: yes` as True: not lr = 1.0.
+    with pytest.raises(ValueError, match=f"config key '{key}' expects float, got {value}"):
+        C.Config.from_flat({key: value})
+
+
+def test_the_names_of_choices_are_the_code_s():
+    from hlgt.data import srl
+    from hlgt.model import comparison, encoder
+
+    assert srl.ANNOTATORS is C.ANNOTATORS and encoder.ENCODERS is C.ENCODERS
+    assert comparison.COMPARISON_INITS is C.COMPARISON_INITS
+    for name in C.ANNOTATORS:
+        C.Config.from_flat({"data.annotator": name})
 
 
 def test_unknown_keys_are_named_whatever_their_type():

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-INITS = ("zeros", "uniform")
+from hlgt.config import COMPARISON_INITS
 
 
 class Comparison(nn.Module):
@@ -38,8 +38,8 @@ class Comparison(nn.Module):
 
     def __init__(self, fused_size: int, base_size: int, init: str = "zeros"):
         super().__init__()
-        if init not in INITS:
-            raise ValueError(f"model.comparison_init must be one of {INITS}, got {init!r}")
+        if init not in COMPARISON_INITS:
+            raise ValueError(f"model.comparison_init must be one of {COMPARISON_INITS}, got {init!r}")
         self.init = init
         self.U = nn.Parameter(torch.empty(fused_size, fused_size))  # F * U_s
         self.linear = nn.Linear(2 * base_size, 1)  # W_s, b_s over [h_b[q1]; h_b[q2]]

@@ -47,13 +47,12 @@ from torch import Tensor, nn
 from torch_geometric.nn import HGTConv
 from torch_geometric.utils import softmax
 
-from hlgt.config import ModelConfig
+from hlgt.config import ENCODERS, ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.graph import EDGE_TYPES, NODE_TYPES
 from hlgt.model.gru import Packing, Reversal, bigru
 from hlgt.model.hlgt_conv import GraphLayout, HLGTConv, LineGraphConv
 
-ENCODERS = ("hlgt", "hgt", "rgat", "none")
 FUSION_GAIN = 0.1  # the fusion LayerNorm's starting gain (module docstring)
 
 

@@ -29,8 +29,8 @@ rules: ``offline``; the LTP and HanLP adapters: ``models``.
 """
 from __future__ import annotations
 
+from hlgt.config import ANNOTATORS
 from hlgt.data.srl.common import (
-    ANNOTATORS,
     LANGS,
     MODEL_OPTION,
     POS_TAGS,

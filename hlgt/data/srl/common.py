@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 POS_TAGS = ("NOUN", "VERB", "NUM", "UNIT", "ADJ", "ADV", "ADP", "PRON", "PUNCT", "OTHER")
 ROLES = ("ARG0", "ARG1", "ARGM")
-ANNOTATORS = ("offline", "ltp", "hanlp")
 LANGS = ("zh", "en")
 
 
