@@ -258,6 +258,23 @@ def test_the_command_says_a_run_stopped_by_its_time_budget_is_not_done(shards, t
     assert compare([run], [run])[0].label == "sample-full-seed1 / sample-full-seed1"
 
 
+def test_a_damaged_or_foreign_trainer_state_is_refused_in_one_line(shards, tmp_path):
+    import torch
+
+    assert _command(shards, tmp_path, "--set", "train.epochs=2", "--set", "train.max_minutes=1e-6") == 0
+    path = tmp_path / "sample-full-seed1" / "checkpoint" / checkpoint.STATE_FILE
+    whole = path.read_bytes()
+    path.write_bytes(whole[:2000])  # a copy cut short
+    with pytest.raises(ValueError, match=r"trainer_state.pt is damaged \(.*\): --fresh starts the run over$"):
+        _command(shards, tmp_path, "--set", "train.epochs=2")
+    path.write_bytes(whole)
+    state = torch.load(path, weights_only=True)
+    del state["last_val"], state["starts"]
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="trainer_state.pt lacks last_val, starts: not a trainer state this code"):
+        _command(shards, tmp_path, "--set", "train.epochs=2")
+
+
 def test_a_rerun_of_other_settings_is_refused_until_fresh(shards, tmp_path, capsys):
     assert _command(shards, tmp_path, "--set", "train.epochs=1") == 0
     with pytest.raises(ValueError, match=r"sample-full-seed1 holds a run of other settings \(model.hidden_size "

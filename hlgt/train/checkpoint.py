@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import shutil
 import uuid
 from pathlib import Path
@@ -73,11 +74,22 @@ def _model_folder(directory: Path, cfg: Config, solver: nn.Module, about: Mappin
 
 
 def read_checkpoint(directory: str | Path) -> dict:
-    """The trainer state of a checkpoint folder (``weights_only=True``)."""
+    """The trainer state of a checkpoint folder (``weights_only=True``); ``ValueError`` when the
+    file is damaged or lacks what a resume reads."""
     path = Path(directory) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: not a checkpoint folder written by hlgt's training")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} is damaged ({reason}): --fresh starts the run over") from error
+    needed = set(fresh_state()) - {"wandb_id"} | {"optimizer", "scheduler", "rng"}
+    missing = sorted(needed - set(state)) if isinstance(state, dict) else ["everything: not a dict"]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}: not a trainer state this code wrote; "
+                         "--fresh starts the run over")
+    return state
 
 
 # Keys that say where a run's files are or how it runs, not what it trains: a resumed run may
