@@ -84,6 +84,10 @@ class ModelConfig:
     bf16_inference: bool = False
 
 
+# Every key of a model: a model folder must hold each (a missing one would load as today's default).
+MODEL_KEYS = tuple(f"model.{f.name}" for f in dataclasses.fields(ModelConfig))
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 80

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from hlgt.config import Config
+from hlgt.config import MODEL_KEYS, Config
 from hlgt.data.collate import collate
 from hlgt.model.solver import Solver, even_step, read_json_object
 
@@ -49,12 +49,13 @@ def run_config(model_dir: str | Path) -> dict[str, Any]:
 
 
 def _checked_config(content: dict) -> dict[str, Any]:
-    """The run's flat config, every key there: a key the training code did not have yet takes its
-    default; the keys that say what the model reads must have been written."""
+    """The run's flat config, every key there: a training or data key the training code did not
+    have yet takes its default; the keys that say what the model reads, and every model key, must
+    have been written."""
     flat = content.get("config")
     if not isinstance(flat, dict):
         raise ValueError('no "config" object')
-    missing = [key for key in ("data.dataset", "data.graph", "data.annotator") if key not in flat]
+    missing = [key for key in ("data.dataset", "data.graph", "data.annotator", *MODEL_KEYS) if key not in flat]
     if missing:
         raise ValueError(f'its "config" lacks {", ".join(missing)}')
     return Config.from_flat(flat).to_flat()  # unknown keys or bad values: a hand-edited file

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hlgt.config import Config, ModelConfig
+from hlgt.config import MODEL_KEYS, Config, ModelConfig
 from hlgt.data.collate import Batch
 from hlgt.data.vocab import Vocab
 from hlgt.model.comparison import Comparison
@@ -273,6 +273,9 @@ class Solver(nn.Module):
             raise ValueError(f"{directory} holds weights of format {stored}; this "
                              f"version computes format {WEIGHTS_FORMAT} (see WEIGHTS_FORMAT in "
                              f"hlgt/model/solver.py): retrain, or load it with the version that saved it")
+        lacking = [k for k in MODEL_KEYS if k not in flat]
+        if lacking:
+            raise ValueError(f"{directory / CONFIG_FILE} lacks {', '.join(lacking)}: not as training wrote it")
         cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
         vocab = read_json_object(directory / VOCAB_FILE, Vocab.from_dict)
         solver = cls(cfg, vocab)
