@@ -249,6 +249,16 @@ def test_an_out_that_cannot_take_the_files_is_refused_before_the_model_is_loaded
         main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(tmp_path / "a-file" / "out")])
 
 
+@pytest.mark.parametrize("kind", ["run", "sweep", "shards", "curve"])
+def test_an_out_another_command_made_is_refused(tmp_path, kind):
+    # A run's predictions_test.jsonl replaced by another model's would be compared as the run's.
+    from hlgt.storage import claim
+
+    claim(str(tmp_path / "made"), kind)
+    with pytest.raises(ValueError, match=f"--out .*made is a {kind} folder: its files are that {kind}'s"):
+        main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(tmp_path / "made")])
+
+
 def test_a_rewrite_cut_short_leaves_the_earlier_predictions(tmp_path, scored, monkeypatch):
     import hlgt.train.evaluate as E
 
