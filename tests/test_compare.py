@@ -272,6 +272,21 @@ def test_command_shows_curves_of_runs_still_training(tmp_path, capsys):
         main(["--a", str(tmp_path / "typo"), "--b", str(b), "--curves"])  # a typo is not an unfinished run
 
 
+def test_a_model_folder_away_from_its_run_is_evaluated_first(model_dir, tmp_path):
+    # Predictions beside a copied best/ are whatever that folder held (here another model's).
+    import shutil
+
+    own = model_dir.parent / "predictions_test.jsonl"  # the run's, of its best
+    assert compare([model_dir], [own])[0].only_a == 0
+    other = write(tmp_path / "elsewhere" / "predictions_test.jsonl", [("x", False, False)])
+    shutil.copytree(model_dir, tmp_path / "elsewhere" / "best")
+    shutil.copytree(model_dir, tmp_path / "renamed")
+    for copy, why in ((tmp_path / "elsewhere" / "best", "outside its run"),
+                      (tmp_path / "renamed", "without predictions")):
+        with pytest.raises(ValueError, match=f"{why}.*evaluate it first \\(python -m hlgt.train.evaluate --model"):
+            compare([copy], [other])
+
+
 def test_curves_of_trained_runs(model_dir, tmp_path, capsys):
     """The curves read what the training loop writes: its checkpoint's history and config, with
     validation only on the epochs that validated (the first, every third, the last)."""
