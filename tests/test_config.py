@@ -138,9 +138,13 @@ def test_a_hand_edited_model_config_with_a_size_beyond_reason_is_one_line(model_
     assert "\n" not in err and "model.embedding_size=100000000000 must lie in 1..16384" in err
 
 
-@pytest.mark.parametrize("file", ["config.json", "run_config.json"])
-def test_a_model_folder_lacking_a_model_key_does_not_load_with_today_s_default(model_dir, tmp_path, capsys, file):
-    # The model trained with max_output_len 16; the default is 45.
+@pytest.mark.parametrize("file, key, said", [
+    ("config.json", "model.max_output_len", "config.json lacks model.max_output_len"),
+    ("run_config.json", "model.max_output_len", 'run_config.json is damaged: its "config" lacks model.max_output_len'),
+    ("config.json", "model.bogus", "config.json: unknown config keys ['model.bogus']"),
+])
+def test_a_model_folder_of_other_keys_is_one_line_naming_its_file(model_dir, tmp_path, capsys, file, key, said):
+    # A lacking key would load as today's default: the model trained with max_output_len 16, not 45.
     import json
     import shutil
 
@@ -150,8 +154,12 @@ def test_a_model_folder_lacking_a_model_key_does_not_load_with_today_s_default(m
     edited = tmp_path / "best"
     shutil.copytree(model_dir, edited)
     saved = json.loads((edited / file).read_text())
-    del (saved["config"] if file == "run_config.json" else saved)["model.max_output_len"]
+    flat = saved["config"] if file == "run_config.json" else saved
+    if key in flat:
+        del flat[key]
+    else:
+        flat[key] = 1
     (edited / file).write_text(json.dumps(saved))
     assert run_command(main, "python -m hlgt.solve", ["--model", str(edited), "Tom has 3 apples and 4 pears."]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and f"{file}" in err and "lacks model.max_output_len" in err
+    assert "\n" not in err and f"{edited / file}" in err and said in err, err

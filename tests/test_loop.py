@@ -273,6 +273,9 @@ def test_a_damaged_or_foreign_trainer_state_is_refused_in_one_line(shards, tmp_p
     torch.save(state, path)
     with pytest.raises(ValueError, match="trainer_state.pt lacks last_val, starts: not a trainer state this code"):
         _command(shards, tmp_path, "--set", "train.epochs=2")
+    (path.parent / "config.json").write_text('{"model.heads": 2,')
+    with pytest.raises(ValueError, match=r"checkpoint/config.json is damaged: Expecting"):
+        _command(shards, tmp_path, "--set", "train.epochs=2")
 
 
 def test_a_rerun_of_other_settings_is_refused_until_fresh(shards, tmp_path, capsys):

@@ -276,7 +276,10 @@ class Solver(nn.Module):
         lacking = [k for k in MODEL_KEYS if k not in flat]
         if lacking:
             raise ValueError(f"{directory / CONFIG_FILE} lacks {', '.join(lacking)}: not as training wrote it")
-        cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
+        try:
+            cfg = Config.from_flat({k: v for k, v in flat.items() if k.startswith("model.")}).model
+        except ValueError as error:  # unknown keys or bad values: a hand-edited file
+            raise ValueError(f"{directory / CONFIG_FILE}: {error}") from error
         vocab = read_json_object(directory / VOCAB_FILE, Vocab.from_dict)
         solver = cls(cfg, vocab)
         try:

@@ -10,7 +10,6 @@ folder only when the project made it: ``hlgt.storage``).
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from hlgt.config import Config
 from hlgt.data.build import ensure_shards, fold_tag
 from hlgt.data.shards import use_shards
+from hlgt.model.solver import read_json_object
 from hlgt.ray_session import start_ray
 from hlgt.storage import check_owned, claim, is_uri, remove_owned, sole_writer
 from hlgt.train import checkpoint, launch, loop
@@ -85,7 +85,7 @@ def check_resumable(cfg: Config, run_dir: str, use_ray: bool) -> None:
     if use_ray:
         checkpoint.check_same_run(cfg, with_ray, run_dir)
     elif here is not None:
-        checkpoint.check_same_run(cfg, json.loads((here / "config.json").read_text(encoding="utf-8")), run_dir)
+        checkpoint.check_same_run(cfg, read_json_object(here / "config.json"), run_dir)
 
 
 def train_here(cfg: Config, shards: Path, run_dir: str, name: str) -> dict:
