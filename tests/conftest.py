@@ -5,6 +5,16 @@ import torch
 from hlgt.data.splits import resolve_data_dir
 
 
+@pytest.fixture(autouse=True)
+def no_wandb_key(monkeypatch, tmp_path_factory):
+    """No test reads the developer's W&B key (its file, ``~/.hlgt/wandb_api_key``, or a variable
+    set in the shell) or leaves one set (loading the key file sets ``WANDB_API_KEY``): W&B's mode
+    would turn online. Tests of the key set their own."""
+    monkeypatch.setenv("HLGT_WANDB_KEY_FILE", str(tmp_path_factory.getbasetemp() / "no-wandb-key"))
+    monkeypatch.setenv("WANDB_API_KEY", "")  # recorded as unset, so that teardown unsets it
+    monkeypatch.delenv("WANDB_API_KEY")
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models run fastest on one thread, and CI's 2 cores may be busy with Ray processes."""

@@ -772,8 +772,12 @@ def test_seeds_on_one_split_are_paired_by_problem():
     assert "| 2 / 4 | 0.75 |" in md and "the p takes each problem once" in md
     # By problem: Q over the 20 rows, its p by shuffling the arms per problem (exactly 0.8519 over
     # all (3!)^10 shuffles); the chi-square over the rows would give 0.51.
-    assert ("on the 20 problems of the replicates all of them tested (10 distinct: the p by permutation by problem, "
-            "10,000 draws, each shuffling the arms alike in all of a problem's replicates): Q = 1.3, p = 0.85." in md)
+    # 10,000 draws of numpy's generator estimate it within about 0.004: the printed digits may differ
+    # between numpy versions' streams.
+    said = re.search(r"on the 20 problems of the replicates all of them tested \(10 distinct: the p by permutation "
+                     r"by problem, 10,000 draws, each shuffling the arms alike in all of a problem's replicates\): "
+                     r"Q = 1\.3, p = (0\.\d\d)\.", md)
+    assert said and abs(float(said.group(1)) - 0.8519) <= 0.02, md
 
 
 def test_arms_that_differ_beyond_every_shuffle_get_a_bound_not_the_floor_estimate():
