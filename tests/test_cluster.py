@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -130,11 +131,18 @@ def _free_port() -> int:
 
 
 def _stop_head(temp: Path) -> None:
-    """Stop the processes of the Ray head started with ``--temp-dir=temp`` (each names the folder on
-    its command line), not every Ray on the machine as ``ray stop`` would: a user's own Ray work
-    beside the tests goes on."""
-    for sig in ("TERM", "KILL"):
-        subprocess.run(["pkill", f"-{sig}", "-f", str(temp)], capture_output=True)
+    """Stop the processes of the Ray head started with ``--temp-dir=temp``, not every Ray on the
+    machine as ``ray stop`` would: a user's own Ray work beside the tests goes on. Each inherited
+    ``HLGT_TEST_RAY_HEAD=temp`` from ``ray start`` (found in its environment: Ray's agents rename
+    themselves, so their command lines need not name the folder)."""
+    marker = f"HLGT_TEST_RAY_HEAD={temp}".encode()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), sig)
+            except (OSError, ValueError):  # gone meanwhile, or another user's
+                pass
         time.sleep(2)
 
 
@@ -143,9 +151,10 @@ def local_ray_with_jobs(tmp_path_factory):
     """A local Ray head with the dashboard (the Jobs API lives there and needs its agent) on free
     ports, so that another Ray on the machine is neither joined nor in the way; stopped afterwards."""
     # Without the shell's W&B key: the submit test checks that none reaches the job.
-    env = {**{k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}, "RAY_AUTH_MODE": "disabled"}
-    port = str(_free_port())
     temp = tmp_path_factory.mktemp("ray")
+    env = {**{k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}, "RAY_AUTH_MODE": "disabled",
+           "HLGT_TEST_RAY_HEAD": str(temp)}
+    port = str(_free_port())
     start = subprocess.run(
         ["ray", "start", "--head", "--num-cpus=2", "--include-dashboard=true", f"--dashboard-port={port}",
          f"--port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats",
