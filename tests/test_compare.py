@@ -11,6 +11,7 @@ from hlgt.commands.compare import main
 from hlgt.train.checkpoint import STATE_FILE
 from hlgt.train.compare import (
     Paired,
+    Unfinished,
     chi2_sf,
     cochran_q,
     cochran_q_by_problem,
@@ -19,6 +20,7 @@ from hlgt.train.compare import (
     curves,
     markdown,
     mcnemar_exact,
+    predictions_file,
     sign_flip_exact,
 )
 
@@ -285,6 +287,12 @@ def test_a_model_folder_away_from_its_run_is_evaluated_first(model_dir, tmp_path
                       (tmp_path / "renamed", "without predictions")):
         with pytest.raises(ValueError, match=f"{why}.*evaluate it first \\(python -m hlgt.train.evaluate --model"):
             compare([copy], [other])
+    # A checkpoint's best/ while its run trains: no predictions yet (--curves reads on).
+    training = tmp_path / "training" / "checkpoint"
+    shutil.copytree(model_dir, training / "best")
+    (training / STATE_FILE).touch()
+    with pytest.raises(Unfinished):
+        predictions_file(training / "best", "test")
 
 
 def test_curves_of_trained_runs(model_dir, tmp_path, capsys):

@@ -259,6 +259,15 @@ def test_an_out_another_command_made_is_refused(tmp_path, kind):
         main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(tmp_path / "made")])
 
 
+@pytest.mark.parametrize("held", ["checkpoint/trainer_state.pt", "old-run/checkpoint/trainer_state.pt"])
+def test_an_out_of_a_run_s_checkpoint_or_of_a_run_before_markers_is_refused(tmp_path, held):
+    (tmp_path / held).parent.mkdir(parents=True)
+    (tmp_path / held).touch()
+    out = tmp_path / held.split("/")[0]
+    with pytest.raises(ValueError, match="is a run folder: its files are that run's"):
+        main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(out)])
+
+
 def test_a_rewrite_cut_short_leaves_the_earlier_predictions(tmp_path, scored, monkeypatch):
     import hlgt.train.evaluate as E
 

@@ -286,7 +286,7 @@ class Solver(nn.Module):
             solver.load_state_dict(torch.load(directory / WEIGHTS_FILE, map_location=map_location, weights_only=True))
         except (RuntimeError, pickle.UnpicklingError, EOFError) as error:
             # A cut or overwritten file, or weights of other sizes than config.json describes.
-            raise ValueError(f"cannot load {directory / WEIGHTS_FILE}: {_first_fault(error)}") from error
+            raise ValueError(f"cannot load {directory / WEIGHTS_FILE}: {first_fault(error)}") from error
         if isinstance(map_location, (str, torch.device)):
             solver.to(map_location)
         return solver
@@ -304,7 +304,7 @@ def read_json_object(path: Path, parse=dict) -> Any:
         raise ValueError(f"{path} is damaged: {error}") from error
 
 
-def _first_fault(error: Exception) -> str:
+def first_fault(error: Exception) -> str:
     """The first line that names a fault in torch's message: load_state_dict heads its list of
     mismatches with a line ending in a colon; the zip reader's first sentence names the fault."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]

@@ -33,7 +33,8 @@ from torch import nn
 from hlgt import metrics as M
 from hlgt.config import Config
 from hlgt.inference import RUN_CONFIG_FILE
-from hlgt.storage import copy_tree, write_text
+from hlgt.model.solver import first_fault
+from hlgt.storage import copy_tree, folder_kind, write_text
 
 STATE_FILE = "trainer_state.pt"
 RESULTS_FILE = "results.json"
@@ -73,6 +74,13 @@ def _model_folder(directory: Path, cfg: Config, solver: nn.Module, about: Mappin
                                              encoding="utf-8")
 
 
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` is a run's or one of its checkpoints (the predictions there are its best
+    model's): the marker training writes, a trainer state, or a run of a version before the marker."""
+    return (folder_kind(str(folder)) == "run" or (folder / STATE_FILE).is_file()
+            or (folder / "checkpoint").is_dir() or any(folder.glob("checkpoint_*")))
+
+
 def read_checkpoint(directory: str | Path) -> dict:
     """The trainer state of a checkpoint folder (``weights_only=True``); ``ValueError`` when the
     file is damaged or lacks what a resume reads."""
@@ -82,8 +90,7 @@ def read_checkpoint(directory: str | Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{path} is damaged ({reason}): --fresh starts the run over") from error
+        raise ValueError(f"{path} is damaged ({first_fault(error)}): --fresh starts the run over") from error
     needed = set(fresh_state()) - {"wandb_id"} | {"optimizer", "scheduler", "rng"}
     missing = sorted(needed - set(state)) if isinstance(state, dict) else ["everything: not a dict"]
     if missing:

@@ -37,8 +37,7 @@ import torch
 
 from hlgt import metrics as M
 from hlgt.inference import RUN_CONFIG_FILE
-from hlgt.storage import folder_kind
-from hlgt.train.checkpoint import RESULTS_FILE, STATE_FILE, changed_settings
+from hlgt.train.checkpoint import RESULTS_FILE, STATE_FILE, changed_settings, holds_run
 from hlgt.train.evaluate import read_predictions
 
 METRICS = {"value": "value_correct", "equation": "equation_correct"}
@@ -200,7 +199,7 @@ def predictions_file(path: str | Path, split: str) -> Path:
     if path.name == "model" and (path.parent / STATE_FILE).is_file():
         raise ValueError(f"{path} is a checkpoint's last-epoch model, and the predictions beside it are its run's "
                          f"best model's: {evaluate_first}")
-    if path.name == "best" and path.is_dir() and not _run_folder(path.parent):
+    if path.name == "best" and path.is_dir() and not holds_run(path.parent):
         raise ValueError(f"{path} is a model folder outside its run, and predictions beside it need not be its: "
                          f"{evaluate_first}")
     run = path.parent if path.name == "best" else path
@@ -209,16 +208,10 @@ def predictions_file(path: str | Path, split: str) -> Path:
     found = run / f"predictions_{split}.jsonl"
     if found.is_file():
         return found
-    if (path / RUN_CONFIG_FILE).is_file():
+    if run is path and (path / RUN_CONFIG_FILE).is_file():  # not a checkpoint's best/, whose run is training
         raise ValueError(f"{path} is a model folder, without predictions of its own: {evaluate_first}")
     raise Unfinished(f"{path}: no predictions_{split}.jsonl there (has the run finished?)")
 
-
-def _run_folder(folder: Path) -> bool:
-    """Whether ``folder`` is a run's (``best`` and the predictions in it are one model's): the
-    marker training writes, a checkpoint folder, or a run of a version before the marker."""
-    return (folder_kind(str(folder)) == "run" or (folder / STATE_FILE).is_file()
-            or (folder / "checkpoint").is_dir() or any(folder.glob("checkpoint_*")))
 
 
 def verdicts(path: Path, metric: str) -> dict[str, bool]:

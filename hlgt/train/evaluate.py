@@ -70,6 +70,7 @@ from hlgt.expr import (
 from hlgt.inference import predict
 from hlgt.pages import PageFolder
 from hlgt.storage import folder_kind, replacing, write_text
+from hlgt.train.checkpoint import holds_run
 
 NUMBER_BUCKETS = ("<=1", "2", "3", "4", "5", "6", ">=7")
 
@@ -331,12 +332,13 @@ def write_tables(directory: Path, split: str, report: Report, not_scored: int = 
 def check_out_folder(out: str) -> Path:
     """``--out`` as a folder that can be written, checked before anything is evaluated: an
     existing writable folder, or one that can be made in a writable folder, and not a folder
-    another command made (a run's predictions replaced by another model's would pass for the run's)."""
+    another command made, a run's checkpoint among them (a run's predictions replaced by another
+    model's would pass for the run's)."""
     path = Path(out).resolve()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise NotADirectoryError(f"--out {out}: {existing} is a file, not a folder")
-    kind = folder_kind(str(path)) if path.is_dir() else None
+    kind = ("run" if holds_run(path) else folder_kind(str(path))) if path.is_dir() else None
     if kind is not None:
         raise ValueError(f"--out {out} is a {kind} folder: its files are that {kind}'s, give another folder")
     if not os.access(existing, os.W_OK | os.X_OK):
