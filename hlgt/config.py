@@ -4,13 +4,15 @@ The CLI, Ray Tune, W&B and checkpoints all speak the flat form (``{"model.heads"
 the code speaks ``Config``. ``Config.from_flat`` rejects unknown keys and coerces types, so a
 typo in a sweep file fails at once instead of silently training the default.
 
-This module also names the ablation arms (each a flat override of the same code) and the
-datasets' paper settings (where runs are stored: ``hlgt.storage``).
+This module also names the ablation arms (each a flat override of the same code), the choices a
+key takes (graphs, annotators, encoders, the comparison head's start), every key a model folder
+holds (``MODEL_KEYS``) and the datasets' paper settings (where runs are stored: ``hlgt.storage``).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,8 +39,8 @@ GRAPHS = ("srl", "parse", "quantity_cell", "nc")
 ANNOTATORS = ("offline", "ltp", "hanlp")
 ENCODERS = ("hlgt", "hgt", "rgat", "none")
 COMPARISON_INITS = ("zeros", "uniform")
-# numpy's legacy generator, which every start seeds, takes 32 bits.
-MAX_SEED = 2**32 - 1
+# torch's generator takes 64 bits; below 2^63 a rank's and an epoch's offsets to the seed stay inside.
+MAX_SEED = 2**63 - 1
 # Bounds of the model's sizes, far beyond any trained here (the paper's: 128 / 512 / 2 / 5 / 45):
 # a hand-edited 1e11 is refused when the config is made, not when torch tries to allocate it.
 MAX_WIDTH = 16_384
@@ -168,7 +170,6 @@ class Config:
             ("data.mawps_valid", mawps or d.mawps_valid,
              "can be false only for MAWPS (the other datasets' validation is a file)"),
             ("data.annotator", d.annotator in ANNOTATORS, f"must be one of {', '.join(ANNOTATORS)}"),
-            ("data.min_word_freq", d.min_word_freq >= 1, "must be >= 1 (1 keeps every training word)"),
             ("data.min_const_freq", d.min_const_freq >= 1, "must be >= 1"),
             ("model.encoder", m.encoder in ENCODERS, f"must be one of {', '.join(ENCODERS)}"),
             ("model.comparison_init", m.comparison_init in COMPARISON_INITS,
@@ -193,7 +194,6 @@ class Config:
             ("train.lr_gamma", math.isfinite(t.lr_gamma) and t.lr_gamma > 0.0, "must be a finite number > 0"),
             ("train.eval_every", t.eval_every >= 1, "must be >= 1"),
             ("train.workers", t.workers >= 1, "must be >= 1"),
-            ("train.threads", t.threads >= 0, "must be >= 0 (0: torch's default)"),
             ("train.seed", 0 <= t.seed <= MAX_SEED, f"must lie in 0..{MAX_SEED}"),
             ("train.grad_clip", math.isfinite(t.grad_clip) and t.grad_clip >= 0.0,
              "must be a finite number >= 0 (0: no clipping)"),
@@ -244,7 +244,8 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
         if hasattr(value, "__index__") and not isinstance(value, bool):  # numpy ints from Tune
             return int(value)
     elif kind is float:
-        if not isinstance(value, bool) and (isinstance(value, (int, float, str)) or hasattr(value, "__float__")):
+        # numbers.Real: numpy's floats and ints from Tune, not bool (an int) nor numpy's bool_
+        if not isinstance(value, bool) and isinstance(value, (numbers.Real, str)):
             try:
                 return float(value)
             except (TypeError, ValueError):

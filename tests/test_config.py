@@ -1,8 +1,10 @@
 """hlgt.config's shared answers: where runs are stored (``$HLGT_STORAGE``, local paths or URIs) and
 which ablation arms exist, checked the same way by every command that takes ``--ablation``."""
 import os
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hlgt import config as C
@@ -77,9 +79,8 @@ def test_every_command_rejects_an_unknown_arm_alike(module):
     ({"model.comparison_init": "bar"}, "model.comparison_init='bar' must be one of zeros, uniform"),
     ({"data.annotator": "spacy"}, "data.annotator='spacy' must be one of offline, ltp, hanlp"),
     ({"data.min_const_freq": 0}, "data.min_const_freq=0 must be >= 1"),
-    ({"data.min_word_freq": -1}, "data.min_word_freq=-1 must be >= 1"),
-    ({"train.threads": -3}, "train.threads=-3 must be >= 0"),
-    ({"train.seed": -5}, "train.seed=-5 must lie in 0..4294967295"), ({"train.seed": 1e30}, "train.seed=1000000"),
+    ({"train.seed": -5}, "train.seed=-5 must lie in 0..9223372036854775807"),
+    ({"train.seed": 1e30}, "train.seed=1000000"),
 ])
 def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
     with pytest.raises(ValueError, match=f"bad config: {named}"):
@@ -87,10 +88,10 @@ def test_an_unworkable_value_fails_when_the_config_is_made(flat, named):
 
 
 @pytest.mark.parametrize("key", ["train.lr", "model.dropout", "train.max_minutes", "model.beta_com"])
-@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("value", [True, False, np.bool_(True)])
 def test_a_boolean_is_no_number(key, value):
     # YAML reads `lr: yes` as True: not lr = 1.0.
-    with pytest.raises(ValueError, match=f"config key '{key}' expects float, got {value}"):
+    with pytest.raises(ValueError, match=f"config key '{key}' expects float, got {re.escape(repr(value))}"):
         C.Config.from_flat({key: value})
 
 

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--annotator", default="offline", choices=list(ANNOTATORS), help="default offline")
     p.add_argument("--annotator-model", default="", help="LTP / HanLP model id or local directory")
     p.add_argument("--min-const-freq", type=positive_int, default=None)
-    p.add_argument("--min-word-freq", type=positive_int, default=None)
+    p.add_argument("--min-word-freq", type=non_negative_int, default=None)
     p.add_argument("--shards-dir", default=None, help="parent of the default output folder (config data.shards_dir)")
     p.add_argument("--out", default=None, help="output folder (default <shards-dir>/<dataset>[-<fold scheme>]"
                                                "[-novalid][-fold<k>]-<annotator>)")
