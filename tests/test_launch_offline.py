@@ -137,6 +137,37 @@ def test_fit_publishes_the_final_checkpoints_outputs(monkeypatch, tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["best", "checkpoint_000003", "results.json"]
 
 
+def test_a_worker_s_bad_input_error_is_the_command_s_one_line(monkeypatch, tmp_path):
+    # A damaged checkpoint is read on the workers: Ray wraps the loop's ValueError.
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    damaged = ValueError("trainer_state.pt is damaged (...): --fresh starts the run over")
+    crashed = RuntimeError("CUDA error")
+
+    def failing(error):
+        def fit():
+            raise WorkerGroupError("Training failed", {1: error, 0: error})
+        return lambda cfg, shards_dir, **kwargs: SimpleNamespace(fit=fit)
+
+    monkeypatch.setattr(launch, "make_trainer", failing(damaged))
+    with pytest.raises(ValueError, match="damaged") as raised:
+        launch.fit(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "storage"))
+    assert raised.value is damaged
+    monkeypatch.setattr(launch, "make_trainer", failing(crashed))
+    with pytest.raises(WorkerGroupError):  # not the loop's: Ray's error, as raised
+        launch.fit(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "storage"))
+    out = launch.fit(Config.from_flat(TINY), tmp_path, name="run", storage=str(tmp_path / "storage"),
+                     raise_on_error=False)
+    assert isinstance(out.error, WorkerGroupError)
+
+
+def test_a_damaged_config_of_a_ray_checkpoint_names_its_file(tmp_path):
+    (tmp_path / "checkpoint_000001").mkdir()
+    (tmp_path / "checkpoint_000001" / "config.json").write_text('{"model.heads": 2,')
+    with pytest.raises(ValueError, match="checkpoint_000001/config.json is damaged: Expecting"):
+        launch.resumed_config(str(tmp_path))
+
+
 def test_fit_on_uri_storage_publishes_into_the_run_folder_there(monkeypatch, tmp_path):
     """Ray names a checkpoint at a URI by its path in the storage's filesystem; the outputs are
     copied from there into ``<storage>/<run>/`` (file:// here, s3:// on a cluster)."""

@@ -240,7 +240,19 @@ def resumed_config(run_dir: str) -> dict | None:
     if not kept:
         return None
     with fs.open_input_stream(kept[-1]) as f:
-        return json.loads(f.read())
+        try:
+            return json.loads(f.read())
+        except ValueError as error:
+            raise ValueError(f"{kept[-1]} is damaged: {error}") from error
+
+
+def worker_error(error: Exception) -> Exception:
+    """The error of the lowest failing rank when it is one the loop raises for bad input (a damaged
+    checkpoint, shards that do not fit: ``ValueError``, ``KeyError``, ``OSError``), for the command
+    to say in one line; else Ray's ``error`` (its log already holds each worker's traceback)."""
+    failures = getattr(error, "worker_failures", None) or {}
+    first = failures[min(failures)] if failures else None
+    return first if isinstance(first, (ValueError, KeyError, OSError)) else error
 
 
 @dataclass
@@ -266,7 +278,7 @@ def fit(cfg: Config, shards_dir: str | Path, *, name: str, storage: str, raise_o
         result = trainer.fit()
     except ray.train.TrainingFailedError as e:
         if raise_on_error:
-            raise
+            raise worker_error(e) from e
         return FitResult(metrics={}, checkpoint=None, run_dir=run_dir, error=e)
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     if checkpoint and is_uri(storage):
