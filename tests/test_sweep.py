@@ -780,6 +780,42 @@ def test_seeds_on_one_split_are_paired_by_problem():
     assert said and abs(float(said.group(1)) - 0.8519) <= 0.02, md
 
 
+@pytest.mark.parametrize("kind", ["asha", "median"])
+def test_the_scheduler_compares_configurations_on_the_same_replicate_only(kind):
+    # One configuration on three seeds: a harder seed is no reason to stop it. Two configurations
+    # on one seed: the worse is stopped, as before.
+    from types import SimpleNamespace
+
+    from hlgt.sweep.schedulers import ByReplicate, by_replicate, scheduler
+
+    def run(sched, trials):
+        controller = SimpleNamespace(get_live_trials=lambda: [])  # none waits for a pause
+        sched.set_search_properties(M.VAL_VALUE_ACC, "max")
+        for t in trials:
+            sched.on_trial_add(controller, t)
+        stopped = set()
+        for epoch in range(1, 25):
+            for t in trials:
+                if t.trial_id not in stopped and sched.on_trial_result(
+                        controller, t, {M.EPOCH: epoch, M.VAL_VALUE_ACC: t.score}) == "STOP":
+                    stopped.add(t.trial_id)
+        return stopped
+
+    class Trial(SimpleNamespace):  # the median rule keys its records by trial
+        __hash__ = object.__hash__
+
+    def trials(*replicates_scores):
+        return [Trial(trial_id=f"t{i}", config={"replicate": r}, score=s) for i, (r, s) in enumerate(replicates_scores)]
+
+    seeds = [(0, 0.8), (1, 0.5), (2, 0.4), (0, 0.79), (1, 0.49), (2, 0.39)]
+    assert run(scheduler(kind, 24), trials(*seeds))  # one pool: the harder seeds' trials stopped
+    assert not run(by_replicate(kind, 24), trials(*seeds[:3]))
+    assert run(by_replicate(kind, 24), trials(*seeds)) <= {"t3", "t4", "t5"}
+    worse = run(by_replicate(kind, 24), trials((0, 0.8), (0, 0.5), (0, 0.7), (0, 0.6)))
+    assert worse and "t0" not in worse
+    assert isinstance(pickle.loads(pickle.dumps(by_replicate(kind, 24))), ByReplicate)  # Tune saves it
+
+
 def test_arms_that_differ_beyond_every_shuffle_get_a_bound_not_the_floor_estimate():
     from hlgt.sweep import tables
 

@@ -17,7 +17,8 @@ layers or β_com).
 Arms: ``--ablation`` names arms of ``hlgt.config.ABLATIONS`` (or ``all``); ``full`` is added as the
 reference unless ``--no-reference``. Each arm is its own Tune experiment (``<storage>/<name>/<arm>``,
 ``hlgt/sweep/experiments.py``) so that the scheduler (ASHA by default, ``--scheduler
-fifo|median|asha``) compares configurations within an arm, never prunes one arm against another.
+fifo|median|asha``) compares configurations within an arm, never prunes one arm against another,
+and on the same replicate (fold, seed), never one replicate against another.
 An interrupted sweep resumes when re-run with the same ``--name`` and storage: finished trials are
 kept, unfinished ones continue from their last checkpoint. ``--fresh`` starts it over instead (it
 removes a sweep folder only when the project made it, ``hlgt.storage``). These stop before Ray
@@ -77,6 +78,7 @@ from hlgt.sweep.experiments import run as run_sweep
 from hlgt.sweep.results import report_so_far, results_markdown
 from hlgt.sweep.space import DEFAULT_SPACE, check_space, parse_values, sample_configs, space_size
 from hlgt.sweep.spec import (
+    SCHEDULERS,
     SweepSpec,
     build_shards,
     check_removable,
@@ -96,7 +98,6 @@ SMOKE = {"data.dataset": "sample", "train.epochs": 24, "train.lr": 3e-3, "train.
          "train.eval_every": 3, "train.threads": 1, "model.embedding_size": 64, "model.hidden_size": 128,
          "model.beam_size": 3, "model.max_output_len": 20}
 YAML_KEYS = {"space", "num_samples", "seeds", "folds", "ablation", "scheduler", "set"}
-SCHEDULERS = ("asha", "median", "fifo")
 # Trials a sweep may hold unless --max-trials says more: a mistyped space (a 12-dimension grid,
 # num_samples: 1000000) is refused before it is enumerated.
 MAX_TRIALS = 3000

@@ -1,7 +1,8 @@
 """The sweep on Ray Tune: one experiment per ablation arm, each trial one Ray Train run.
 
 Each arm is its own Tune experiment (``<storage>/<name>/<arm>``) so that the scheduler (ASHA by
-default) compares configurations within an arm, never prunes one arm against another. A sweep
+default) compares configurations within an arm, never prunes one arm against another, and within
+it on the same replicate only (``hlgt.sweep.schedulers``). A sweep
 without validation (a table: one configuration per arm, fifo) compares nothing, and runs every
 arm's trials in one experiment (``<storage>/<name>/arms``), replicate after replicate, so that no
 CPU idles between arms while an arm's last replicates finish. An interrupted sweep resumes
@@ -150,22 +151,6 @@ def experiments(spec: SweepSpec) -> dict[str, list[str]]:
     if not spec.validated:
         return {TABLE_EXPERIMENT: list(spec.arms)}
     return {arm: [arm] for arm in spec.arms}
-
-
-def scheduler(kind: str, epochs: int):
-    """The Tune scheduler that stops unpromising trials of an arm: asha, median or fifo (none)."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-
-    if kind == "asha":
-        # max_t one past the last epoch: ASHA stops a trial that reaches max_t, and the last epoch
-        # must not be cut short (the trial still has its final report to make).
-        return ASHAScheduler(time_attr=M.EPOCH, max_t=max(epochs, 1) + 1, grace_period=max(1, epochs // 4),
-                             reduction_factor=3)
-    if kind == "median":
-        return MedianStoppingRule(time_attr=M.EPOCH, grace_period=max(1, epochs // 4))
-    if kind == "fifo":
-        return FIFOScheduler()
-    raise ValueError(f"unknown scheduler {kind!r}; choose asha, median or fifo")
 
 
 # Packing trials on one GPU: memory kept free, and what one process holds beyond the caching
@@ -327,6 +312,8 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
     import ray
     import ray.tune
 
+    from hlgt.sweep.schedulers import by_replicate
+
     path = f"{spec.root}/{name}"
     # The trial function only waits on its TorchTrainer, whose workers hold the CPUs (GPUs). It asks
     # for memory, not CPU: a fraction of a CPU would leave Ray Data's 1-CPU read tasks unschedulable.
@@ -349,7 +336,7 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
             # Without validation there is no metric to rank by: every trial runs to its last epoch (fifo).
             tune_config=ray.tune.TuneConfig(metric=M.VAL_VALUE_ACC if spec.validated else None,
                                             mode="max" if spec.validated else None,
-                                            scheduler=scheduler(spec.scheduler, spec.centre.train.epochs),
+                                            scheduler=by_replicate(spec.scheduler, spec.centre.train.epochs),
                                             max_concurrent_trials=at_once, trial_name_creator=trial_name,
                                             trial_dirname_creator=trial_name),
             # A trial whose actor dies (a node lost, a worker killed while Ray clears a finished trial's)

@@ -22,6 +22,7 @@ from hlgt.sweep.space import describe
 # The spec is checked before torch loads (seconds): the solver's weight formats and the checkpoint's
 # keys are imported by the checks that need them, pyarrow's filesystems likewise.
 
+SCHEDULERS = ("asha", "median", "fifo")  # what stops trials early (hlgt.sweep.schedulers)
 SETTINGS_FILE = "sweep.json"  # in the sweep's root: what its trials train, checked when it is re-run
 ARM_DATA_KEYS = ("data.graph",)  # the data settings an arm may set: every graph variant is in the same shards
 RESULTS_COPY = "results"  # in a sweep's root on S3: the copy of its local results folder (``local_dir``)
