@@ -294,8 +294,13 @@ def ablation_arms(names: str | list[str]) -> list[str]:
     """``"all"``, ``"a,b"`` or a list → checked arm names, in the order given."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"no arm named: give one or more of {', '.join(ABLATIONS)} (or all)")
     if names == ["all"]:
         return list(ABLATIONS)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"arm(s) named twice: {', '.join(twice)}")
     return [check_ablation(n) for n in names]
 
 

@@ -81,6 +81,11 @@ def test_smoke_plan(tmp_path):
     assert spec.arms == ["gts", "hgt"] and spec.base["train.epochs"] == 7 and len(spec.samples) == 3
     assert set(spec.samples[0]) == {"model.heads", "train.lr", "model.layers"}
     assert spec.samples[0] == {"model.heads": 4, "train.lr": 1e-3, "model.layers": 3}  # the centre, within the space
+    space.write_text("space: {}\n")  # no search: the one configuration, not the default search
+    spec = command.make_spec(command.build_parser().parse_args(
+        ["--space", str(space), "--dataset", "sample", "--storage", str(tmp_path / "sweeps"),
+         "--set", f"data.shards_dir={tmp_path / 'processed'}"]))
+    assert spec.samples == [{}]
 
 
 def test_results_table_and_chart(tmp_path, monkeypatch, capsys):
@@ -207,16 +212,27 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
                       str(tmp_path)])
     with pytest.raises(ValueError, match="--seeds takes integers, got 'a', 'b'"):
         command.main(["--seeds", "a,b", "--storage", str(tmp_path)])
+    # Twice the same replicate or arm would count its problems twice; none named is no default.
+    for argv, message in ((["--seeds", "1,2,1"], "--seeds names 1 twice"),
+                          (["--dataset", "mawps", "--folds", "0,0"], "--folds names 0 twice"),
+                          (["--ablation", "gts,full,gts"], r"arm\(s\) named twice: gts"),
+                          (["--ablation", ","], "no arm named: give one or more of full, ")):
+        with pytest.raises(ValueError, match=message):
+            command.main([*argv, "--storage", str(tmp_path)])
     space = tmp_path / "space.yaml"
     for text, message in (("space: [", f"{space} is not valid YAML: while parsing"),
                           ("- 1\n", f"{space}: expected a mapping"),
                           ("num_samples: 0\n", "num_samples must be an integer >= 1, got 0"),
                           # the shards are built once per fold: a searched data setting would not reach them
                           ("space:\n  data.min_word_freq: [1, 5]\n",
-                           "the search varies data.min_word_freq, which the sweep's shards")):
+                           "the search varies data.min_word_freq, which the sweep's shards"),
+                          ("ablation: []\n", "ablation must be an arm name or a list of them, got \\[\\]"),
+                          ("space:\n  train.lr: {loguniform: [1.0e-4, 1.0e-2]}\n",
+                           "--grid needs every dimension to be a list of values; train.lr is a range")):
         space.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=message):
-            command.main(["--space", str(space), "--storage", str(tmp_path / "runs")])
+            command.main(["--space", str(space), "--storage", str(tmp_path / "runs"),
+                          *(["--grid"] if "loguniform" in text else [])])
     space.unlink()
     assert not any(tmp_path.iterdir())  # nothing was started or written
     for n in ("0", "-2"):  # not "the default", not an empty sweep
@@ -615,6 +631,11 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     # Configurations with as many replicates compare on those they share: 2 is ahead on folds 0 and 1.
     chosen = results.choose(outcomes([(0, 0, 0.7), (0, 1, 0.7), (0, 2, 0.99), (2, 0, 0.8), (2, 1, 0.8), (2, 3, 0.1)]))
     assert [t.sample for t in chosen] == [2, 2, 2]
+    # Sharing none: never one fold's score against another's. 1 and 3 share folds 1 and 2 (3 ahead
+    # there); 0's fold 0 is not weighed against them.
+    chosen = results.choose(outcomes([(0, 0, 0.99), (1, 1, 0.5), (1, 2, 0.5), (3, 1, 0.6), (3, 2, 0.6),
+                                      (0, 3, 0.99)]))
+    assert [t.sample for t in chosen] == [3, 3]
     spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
     row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None,

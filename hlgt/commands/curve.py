@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from hlgt.commands.cli import device, non_negative_int, positive_int, refuse_flag_keys, run_command
-from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, parse_overrides
+from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, check_ablation, parse_overrides
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards
 from hlgt.data.splits import MAWPS_FOLD_FILES
@@ -73,7 +73,8 @@ def parse_arms(text: str) -> list[str]:
     curves = [c.strip() for c in text.split(",") if c.strip()]
     if curves == ["all"]:
         return ablation_arms("all")
-    ablation_arms([c.split("+")[0] for c in curves])  # raises on an unknown arm
+    for c in curves:  # one arm may be drawn with several overrides
+        check_ablation(c.split("+")[0])
     if len(set(curves)) != len(curves):
         raise ValueError(f"--ablation names a curve twice: {text!r}")
     return curves

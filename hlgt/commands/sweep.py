@@ -76,7 +76,7 @@ from hlgt.config import ABLATIONS, DATASET_DEFAULTS, MAWPS_FOLD_SCHEMES, Config,
 from hlgt.storage import check_name, is_uri, sole_writer, storage_root
 from hlgt.sweep.experiments import run as run_sweep
 from hlgt.sweep.results import report_so_far, results_markdown
-from hlgt.sweep.space import DEFAULT_SPACE, check_space, parse_values, sample_configs, space_size
+from hlgt.sweep.space import DEFAULT_SPACE, check_grid, check_space, parse_values, sample_configs, space_size
 from hlgt.sweep.spec import (
     SCHEDULERS,
     SweepSpec,
@@ -189,8 +189,8 @@ def load_yaml(path: str | None) -> dict:
     for key in ("space", "set"):
         if key in data and not isinstance(data[key], dict):
             raise ValueError(f"{path}: {key} must be a mapping of config keys, got {data[key]!r}")
-    arms = data.get("ablation", "")
-    if not (isinstance(arms, str) or isinstance(arms, list) and all(isinstance(a, str) for a in arms)):
+    arms = data.get("ablation", "full")
+    if not (isinstance(arms, str) or isinstance(arms, list) and all(isinstance(a, str) for a in arms)) or not arms:
         raise ValueError(f"{path}: ablation must be an arm name or a list of them, got {arms!r}")
     if data.get("scheduler", "asha") not in SCHEDULERS:
         raise ValueError(f"{path}: scheduler must be one of {', '.join(SCHEDULERS)}, got {data['scheduler']!r}")
@@ -211,6 +211,9 @@ def int_list(values: list, name: str) -> list[int]:
     bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
     if bad:
         raise ValueError(f"{name} takes integers, got {', '.join(map(repr, bad))}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:  # a replicate twice would count its problems twice in the means and the pooled tests
+        raise ValueError(f"{name} names {', '.join(map(str, twice))} twice")
     return values
 
 
@@ -251,9 +254,10 @@ def base_overrides(args: argparse.Namespace, from_file: dict, dataset: str) -> d
 
 
 def search_space(args: argparse.Namespace, from_file: dict) -> dict[str, Any]:
-    """The YAML's ``space`` (else the default one), with the search flags' values over it."""
+    """The YAML's ``space`` (an empty one: no search), else the default one, with the search
+    flags' values over it."""
     space = {k: list(v) if isinstance(v, (list, tuple)) else v
-             for k, v in (from_file.get("space") or DEFAULT_SPACE).items()}
+             for k, v in (from_file["space"] if "space" in from_file else DEFAULT_SPACE).items()}
     for flag, key in SEARCH_FLAGS.items():
         if getattr(args, flag):
             space[key] = parse_values(getattr(args, flag))
@@ -274,6 +278,8 @@ def configurations(args: argparse.Namespace, from_file: dict, centre: Config, tr
     ``trials_each`` trials; more than ``--max-trials`` in all are refused before any is drawn."""
     if centre.data.mawps_valid:
         space = check_space(search_space(args, from_file))
+        if args.grid:
+            check_grid(space)
         count = space_size(space) if args.grid else min(sample_count(args, from_file), space_size(space))
         if count * trials_each > args.max_trials:
             what = "the grid's" if args.grid else "num_samples"

@@ -17,6 +17,7 @@ down, a machine wiped) and whose records were kept does not train those trials a
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import importlib.util
@@ -284,8 +285,8 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
     """The replicates of the arm's configuration with the best mean validation value accuracy,
     among the ``usable`` trials; none when no trial is. Only the configurations with the most usable
     replicates compete, on the replicates all of them have (one that lost a fold is neither ranked
-    on the folds it kept nor tested on fewer). Without validation (one configuration), every usable
-    trial."""
+    on the folds it kept nor tested on fewer); where they share none, those on the replicates most
+    of them share. Without validation (one configuration), every usable trial."""
     usable_trials = [t for t in trials if usable(t, validated)]
     if not usable_trials:
         return []
@@ -299,9 +300,16 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
     most = max(len(ts) for ts in by_sample.values())
     complete = {s: ts for s, ts in by_sample.items() if len(ts) == most}
     common = set.intersection(*({t.replicate for t in ts} for ts in complete.values()))
+    if not common:
+        # No replicate that all of them have: those on the set of replicates most of them share
+        # compete (the first such set by replicate), never one fold's score against another's.
+        sets = collections.Counter(tuple(sorted(t.replicate for t in ts)) for ts in complete.values())
+        shared = max(sorted(sets), key=lambda r: sets[r])
+        complete = {s: ts for s, ts in complete.items() if tuple(sorted(t.replicate for t in ts)) == shared}
+        common = set(shared)
 
     def mean(s: int) -> float:
-        return statistics.fmean(t.val_value_acc for t in complete[s] if not common or t.replicate in common)
+        return statistics.fmean(t.val_value_acc for t in complete[s] if t.replicate in common)
 
     best_sample = max(complete, key=lambda s: (mean(s), -s))
     return sorted(by_sample[best_sample], key=lambda t: t.replicate)

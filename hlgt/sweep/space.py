@@ -97,6 +97,13 @@ def _centre(dim: Any, value: Any) -> Any:
     return math.sqrt(float(lo) * float(hi)) if kind == "loguniform" else (float(lo) + float(hi)) / 2
 
 
+def check_grid(space: dict[str, Any]) -> None:
+    """A grid is the product of lists: a range (uniform, loguniform) has no finite product."""
+    ranges = [k for k, d in space.items() if not isinstance(d, list)]
+    if ranges:
+        raise ValueError(f"--grid needs every dimension to be a list of values; {', '.join(ranges)} is a range")
+
+
 def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: int = 0,
                    grid: bool = False) -> list[dict]:
     """The configurations to try: the whole product (``grid``), else the centre then random draws
@@ -105,8 +112,7 @@ def sample_configs(space: dict[str, Any], centre: dict[str, Any], n: int, seed: 
     if not space:
         return [{}]
     if grid:
-        if not all(isinstance(d, list) for d in space.values()):
-            raise ValueError("--grid needs every dimension to be a list of values")
+        check_grid(space)
         return [dict(zip(space, combo)) for combo in itertools.product(*space.values())]
     rng = random.Random(seed)
     configs = [{k: _centre(d, centre[k]) for k, d in space.items()}]
