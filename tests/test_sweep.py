@@ -499,6 +499,32 @@ def test_a_trial_that_fails_once_finishes_in_the_same_run(tmp_path, monkeypatch,
     assert "FAILED" not in out
 
 
+@pytest.mark.slow
+def test_a_resume_says_the_limits_tune_keeps_from_the_first_start(tmp_path, monkeypatch):
+    import ray
+    import ray.tune
+
+    from hlgt.sweep.experiments import restored_limits
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+
+    def trainable(config):
+        ray.tune.report({"x": 1})
+
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        ray.tune.Tuner(trainable, param_space={"a": ray.tune.grid_search([1, 2])},
+                       tune_config=ray.tune.TuneConfig(max_concurrent_trials=1),
+                       run_config=ray.tune.RunConfig(name="e", storage_path=str(tmp_path), verbose=0,
+                                                     failure_config=ray.tune.FailureConfig(max_failures=1))).fit()
+        restored = ray.tune.Tuner.restore(str(tmp_path / "e"), trainable=trainable, resume_errored=True)
+        assert restored_limits(restored, 4, 3) == ("at most 1 trial(s) at once (this run: 4); --max-failures 1 "
+                                                   "(this run: 3)")
+        assert restored_limits(restored, 1, 1) == ""
+    finally:
+        ray.shutdown()
+
+
 def test_trial_slots_hold_trials_to_their_number_through_retries_and_free_a_dead_trials(monkeypatch):
     from hlgt.sweep import experiments
 

@@ -324,6 +324,10 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
     if ray.tune.Tuner.can_restore(path):
         print(f"[sweep] {name}: resuming {path}", flush=True)
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
+        kept = restored_limits(tuner, at_once, spec.max_failures)
+        if kept:
+            print(f"[sweep] {name}: Tune resumes with what the experiment started with: {kept} (--fresh starts "
+                  "it over with this run's)", flush=True)
     else:
         tuner = ray.tune.Tuner(
             trainable,
@@ -350,6 +354,22 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
         return fit_unless_interrupted(tuner, name)
     finally:
         ray.kill(slots)
+
+
+def restored_limits(tuner, at_once: int, max_failures: int) -> str:
+    """Where a restored experiment keeps its first start's limits against this run's: Tune restores
+    its TuneConfig and RunConfig from the experiment's folder (each trial keeps its failure limit
+    too), so a new ``--max-failures`` or more trials at once do not reach it. "" when they agree."""
+    internal = getattr(tuner, "_local_tuner", None)  # Tune's own copy; no public reader
+    restored_at_once = getattr(getattr(internal, "_tune_config", None), "max_concurrent_trials", None)
+    failure_config = getattr(getattr(internal, "_run_config", None), "failure_config", None)
+    restored_failures = getattr(failure_config, "max_failures", None)
+    kept = []
+    if restored_at_once is not None and restored_at_once != at_once:
+        kept.append(f"at most {restored_at_once} trial(s) at once (this run: {at_once})")
+    if restored_failures is not None and restored_failures != max_failures:
+        kept.append(f"--max-failures {restored_failures} (this run: {max_failures})")
+    return "; ".join(kept)
 
 
 def fit_unless_interrupted(tuner, name: str):
