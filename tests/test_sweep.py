@@ -1030,7 +1030,7 @@ def test_so_far_counts_the_trials_the_scheduler_stopped_by_tunes_saved_state(tmp
              "no_line_graph-s0-r0-a_00002": {"epoch": 1},
              "no_line_graph-s0-r1-a_00003": {"epoch": 2,
                                              results.CHECKPOINT_PATH: str(replaced.parent / "checkpoint_1")}}
-    monkeypatch.setattr(results, "scheduler_stopped", lambda spec, notes: ended)
+    monkeypatch.setattr(results, "ended_by_tune", lambda spec, notes: (ended, set()))
     notes = []
     trials = results.finished_trials(spec, notes)
     assert [t.replicate for t in trials["full"]] == [1]  # replicate 0 still trains
@@ -1045,6 +1045,12 @@ def test_so_far_counts_the_trials_the_scheduler_stopped_by_tunes_saved_state(tmp
     rows = {r["arm"]: r for r in results.report_so_far(spec)[0]}
     assert (rows["full"]["runs"], rows["full"]["stopped_early"]) == (1, 1)
     assert (rows["no_line_graph"]["runs"], rows["no_line_graph"]["without_model"]) == (0, 2)
+    # A trial that failed past its retries (Tune's state: ERROR) is counted failed, not still training.
+    monkeypatch.setattr(results, "ended_by_tune", lambda spec, notes: (ended, {"full-s0-r0-a_00000"}))
+    failed = [t for t in results.finished_trials(spec, [])["full"] if t.replicate == 0]
+    assert len(failed) == 1 and failed[0].checkpoint is None and "failed past its retries" in failed[0].error
+    rows = {r["arm"]: r for r in results.report_so_far(spec)[0]}
+    assert (rows["full"]["failed"], rows["full"]["trials"]) == (1, 2)
 
 
 @pytest.mark.slow
@@ -1078,15 +1084,15 @@ def test_tunes_saved_state_names_the_trials_it_ended(tmp_path, monkeypatch):
         ray.shutdown()
     (Path(spec.root) / "no_aux_task").mkdir()  # an experiment that has not saved its state yet
     notes = []
-    ended = results.scheduler_stopped(spec, notes)
+    ended, failed = results.ended_by_tune(spec, notes)
     assert ended.keys() == {"full-s0-r0-xyz"} and ended["full-s0-r0-xyz"]["epoch"] == 1
     assert ended["full-s0-r0-xyz"][results.CHECKPOINT_PATH] == "/c/checkpoint_1"
-    assert notes == []
+    assert failed == {"full-s0-r1-xyz"} and notes == []
+    spec.scheduler = "fifo"  # no scheduler stops trials: failures only
+    assert results.ended_by_tune(spec, notes) == ({}, {"full-s0-r1-xyz"})
     state = next((Path(spec.root) / "full").glob("experiment_state-*.json"))
     state.write_text(state.read_text()[:100])  # caught mid-write
-    assert results.scheduler_stopped(spec, notes) == {} and "full: Tune's state unreadable" in notes[0]
-    spec.scheduler = "fifo"  # a sweep whose trials all run to their end: nothing to read
-    assert results.scheduler_stopped(spec, notes) == {}
+    assert results.ended_by_tune(spec, notes) == ({}, set()) and "full: Tune's state unreadable" in notes[0]
 
 
 def test_on_uri_storage_the_results_are_copied_beside_the_trials(tmp_path, monkeypatch, capsys):

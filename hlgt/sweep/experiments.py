@@ -31,7 +31,7 @@ from hlgt.model.solver import Solver
 from hlgt.ray_session import start_ray
 from hlgt.sweep import results
 from hlgt.sweep.space import describe
-from hlgt.sweep.spec import SweepSpec, trial_folder
+from hlgt.sweep.spec import SweepSpec, experiments, trial_folder
 from hlgt.train import launch
 from hlgt.train.cuda_graphs import GraphedSteps
 from hlgt.train.step import epoch_batches, make_optimizer, train_step
@@ -141,16 +141,6 @@ def trial_slot(spec: SweepSpec, wait_s: float = 5.0):
 def trial_name(t) -> str:
     """W&B runs and folders named by arm and trial (``hlgt.sweep.spec.trial_folder``)."""
     return trial_folder(t.config["arm"], t.config["sample"], t.config["replicate"], t.trial_id)
-
-
-TABLE_EXPERIMENT = "arms"  # the one experiment of a sweep without validation
-
-
-def experiments(spec: SweepSpec) -> dict[str, list[str]]:
-    """The sweep's Tune experiments, each named by its folder: the arms it trains."""
-    if not spec.validated:
-        return {TABLE_EXPERIMENT: list(spec.arms)}
-    return {arm: [arm] for arm in spec.arms}
 
 
 # Packing trials on one GPU: memory kept free, and what one process holds beyond the caching

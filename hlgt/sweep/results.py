@@ -38,7 +38,7 @@ from hlgt.model.solver import Solver
 from hlgt.storage import write_text
 from hlgt.sweep import tables
 from hlgt.sweep.space import describe
-from hlgt.sweep.spec import RESULTS_COPY, SweepSpec, read_trial_folder
+from hlgt.sweep.spec import RESULTS_COPY, SweepSpec, experiments, read_trial_folder
 from hlgt.train import evaluate as E
 from hlgt.train import tracking
 from hlgt.train.checkpoint import RESULTS_FILE, changed_settings
@@ -103,12 +103,12 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
     """The sweep's trials finished so far, per arm, read from the trials' folders without starting Ray: a
     folder named as a trial of the sweep (``hlgt.sweep.spec.trial_folder``) whose latest final checkpoint
     (one holding ``results.json``) trained what the sweep says that trial trains, or that Tune's
-    saved state says its scheduler stopped (``scheduler_stopped``). Folders passed over for another
-    reason than still training are said in ``notes``."""
+    saved state says its scheduler stopped or failed past its retries (``ended_by_tune``). Folders
+    passed over for another reason than still training are said in ``notes``."""
     import pyarrow.fs
 
     fs, root = storage.filesystem(spec.train_storage)
-    ended = scheduler_stopped(spec, notes)
+    ended, failed = ended_by_tune(spec, notes)
     found: dict[tuple[str, int, int], TrialOutcome] = {}
     for folder in fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True)):
         trial = read_trial_folder(folder.base_name) if folder.type == pyarrow.fs.FileType.Directory else None
@@ -119,6 +119,11 @@ def finished_trials(spec: SweepSpec, notes: list[str]) -> dict[str, list[TrialOu
             notes.append(f"{folder.path}: no trial of this sweep's arms, configurations and replicates")
             continue
         checkpoint, result = final_checkpoint(fs, folder.path), ended.get(folder.base_name)
+        if checkpoint is None and folder.base_name in failed:
+            found[trial] = TrialOutcome(arm=arm, sample=sample, replicate=replicate, checkpoint=None,
+                                        error="failed past its retries (Tune's state; a re-run retries it)",
+                                        val_value_acc=float("nan"))
+            continue
         if checkpoint is None and result is None:
             continue  # still training, or waiting to resume
         if checkpoint is None:
@@ -161,33 +166,34 @@ def reported_checkpoint(fs, trial_dir: str, result: dict, notes: list[str]) -> s
     return checkpoint
 
 
-def scheduler_stopped(spec: SweepSpec, notes: list[str]) -> dict[str, dict]:
-    """The trials of a sweep whose scheduler stops trials (asha, median) that Tune has ended, by
-    trial name, with their last results, as Tune's state of each arm's experiment was last saved
-    (every few seconds while the sweep runs). A trial that finished is ended too (and has its final
-    checkpoint); one interrupted with the sweep is not (Tune resumes it). An unreadable state is
-    said in ``notes``."""
-    if spec.scheduler == "fifo" or not spec.validated:  # no scheduler stops trials; one experiment per arm else
-        return {}
+def ended_by_tune(spec: SweepSpec, notes: list[str]) -> tuple[dict[str, dict], set[str]]:
+    """What Tune's saved state of each experiment (saved every few seconds while the sweep runs)
+    says ended without a final checkpoint: the trials a scheduler that stops trials (asha, median)
+    stopped, by trial name, with their last results (a trial that finished is ended too, and has
+    its final checkpoint; one interrupted with the sweep is not: Tune resumes it), and the trials
+    that failed past their retries (a re-run retries them). An unreadable state is said in ``notes``."""
     import pyarrow.fs
     from ray.tune import ExperimentAnalysis
 
+    stops = spec.validated and spec.scheduler != "fifo"
     fs, root = storage.filesystem(spec.root)
-    ended = {}
-    for arm in spec.arms:
-        files = fs.get_file_info(pyarrow.fs.FileSelector(f"{root}/{arm}", allow_not_found=True))
+    ended, failed = {}, set()
+    for name in experiments(spec):
+        files = fs.get_file_info(pyarrow.fs.FileSelector(f"{root}/{name}", allow_not_found=True))
         if not any(f.base_name.startswith("experiment_state") for f in files):
             continue  # its experiment has not started, or not saved its state yet
         try:
             # It also reads each trial's results, and warns of trials that have none yet (not started).
             with _quiet("ray.tune.analysis.experiment_analysis"):
-                trials = ExperimentAnalysis(f"{root}/{arm}", storage_filesystem=fs).trials
+                trials = ExperimentAnalysis(f"{root}/{name}", storage_filesystem=fs).trials
         except Exception as e:  # noqa: BLE001  Tune's own format: a state it cannot read is a note, not the end
-            notes.append(f"{spec.root}/{arm}: Tune's state unreadable ({e}); trials the {spec.scheduler} "
-                         "scheduler stopped are not counted")
+            notes.append(f"{spec.root}/{name}: Tune's state unreadable ({e}); the trials it stopped or that "
+                         "failed are not counted")
             continue
-        ended.update({str(t): t.last_result or {} for t in trials if t.status == "TERMINATED"})
-    return ended
+        if stops:
+            ended.update({str(t): t.last_result or {} for t in trials if t.status == "TERMINATED"})
+        failed.update(str(t) for t in trials if t.status == "ERROR")
+    return ended, failed
 
 
 @contextlib.contextmanager
@@ -592,7 +598,9 @@ def report_so_far(spec: SweepSpec) -> tuple[list[dict], str, dict[str, Path], li
     passed over. The sweep's own files are only read."""
     notes: list[str] = []
     trials = finished_trials(spec, notes)
-    done = sum(len(t) for t in trials.values())
+    failed = sum(t.error is not None for ts in trials.values() for t in ts)
+    done = sum(len(ts) for ts in trials.values()) - failed
     total = sum(len(spec.arm_samples(arm)) for arm in spec.arms) * len(spec.replicates)
-    rows, paper_tables, paths = summarise(spec, trials, so_far=f"so far: {done} of {total} trials finished")
+    title = f"so far: {done} of {total} trials finished" + (f", {failed} failed" if failed else "")
+    rows, paper_tables, paths = summarise(spec, trials, so_far=title)
     return rows, paper_tables, paths, notes

@@ -105,6 +105,16 @@ class SweepSpec:
         return keep
 
 
+TABLE_EXPERIMENT = "arms"  # the one experiment of a sweep without validation
+
+
+def experiments(spec: SweepSpec) -> dict[str, list[str]]:
+    """The sweep's Tune experiments, each named by its folder: the arms it trains."""
+    if not spec.validated:
+        return {TABLE_EXPERIMENT: list(spec.arms)}
+    return {arm: [arm] for arm in spec.arms}
+
+
 def trial_folder(arm: str, sample: int, replicate: int, trial_id: str) -> str:
     """A trial's name, and its folders': ``<arm>-s<sample>-r<replicate>-<trial id>``."""
     return f"{arm}-s{sample}-r{replicate}-{trial_id}"
