@@ -86,6 +86,45 @@ def test_seven_line_layout_resumes_after_a_malformed_object(tmp_path):
     assert result.skipped == {"malformed_json": 1}
 
 
+def _more(n):
+    return [{**RECORDS[1], "id": str(i)} for i in range(10, 10 + n)]
+
+
+@pytest.mark.parametrize("layout", ["seven-line", "concatenated", "array"])
+def test_a_record_that_is_not_utf8_costs_itself_not_the_file(tmp_path, layout):
+    good = [json.dumps(r, indent=4 if layout == "seven-line" else None).encode() for r in _more(3)]
+    bad = json.dumps({**RECORDS[1], "id": "bad", "segmented_text": "caf@ 3"}).encode().replace(b"@", b"\xe9")
+    sep = b",\n" if layout == "array" else b"\n" if layout == "seven-line" else b""
+    body = sep.join([good[0], bad, *good[1:]])
+    path = tmp_path / "f.json"
+    path.write_bytes(b"[" + body + b"]" if layout == "array" else body)
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["10", "11", "12"] and result.skipped == {"malformed_json": 1}
+    assert "not UTF-8 text: byte 0xe9" in result.notes[0]
+
+
+def test_objects_written_on_one_line_resume_after_a_malformed_one(tmp_path):
+    objects = [json.dumps(r) for r in _more(5)]
+    objects[2] = objects[2].replace('"equation":', '"equation"', 1)  # broken, the next object on its line
+    path = tmp_path / "f.json"
+    path.write_text("".join(objects) + "\n", encoding="utf-8")
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["10", "11", "13", "14"] and result.skipped == {"malformed_json": 1}
+
+
+def test_the_layout_is_read_from_two_records_not_the_first_line_alone(tmp_path):
+    # A one-line first object before seven-line ones; JSON Lines with a broken first line.
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(_more(1)[0]) + "\n" + _seven_line(_more(4)[1:]), encoding="utf-8")
+    result = read_problems(path)
+    assert result.records == 4 and len(result.problems) == 4 and not result.skipped
+    lines = [json.dumps(r) for r in _more(4)]
+    path.write_text("{broken\n" + "\n".join(lines[:2]) + ' xyz\n' + "\n".join(lines[2:]) + "\n", encoding="utf-8")
+    result = read_problems(path)
+    assert result.records == 5 and [p.id for p in result.problems] == ["10", "12", "13"]
+    assert result.skipped == {"malformed_json": 2}  # a line each
+
+
 @pytest.mark.parametrize(
     "record, reason",
     [

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -52,7 +53,10 @@ MAX_NOTES = 20  # messages about single records kept per file
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 _SPACE = re.compile(r"\s*")
-_OBJECT_LINE = re.compile(r"^\{", re.M)
+# Where reading resumes after a malformed object: the next object opening a line, or following a '}'.
+_NEXT_OBJECT = re.compile(r"(?:^[ \t]*|(?<=\})[ \t]*)\{", re.M)
+# A byte that is not UTF-8, as "surrogateescape" decodes it.
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -201,13 +205,17 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
     often as it is iterated), or objects written one after another (Math23K)."""
     try:
         with path.open("rb") as f:
-            first = next((line for line in f if line.strip()), b"").removeprefix(_BOM).lstrip()
-        if first[:1] == b"{" and _parses_as_object(first):
+            lines = [line.removeprefix(_BOM).lstrip() for line in itertools.islice((x for x in f if x.strip()), 2)]
+        objects = [line[:1] == b"{" and _parses_as_object(line) for line in lines]
+        # JSON Lines: its first two lines objects each (or the second, after a broken first); a
+        # first line that is a whole object before an object written over lines is Math23K's layout.
+        if objects and (objects[-1] or objects == [True]):
             return _JsonLines(path)
-        text = path.read_text(encoding="utf-8-sig")
+        # A byte that is not UTF-8 costs its record, not the file (_unreadable_bytes).
+        text = path.read_bytes().removeprefix(_BOM).decode("utf-8", "surrogateescape")
     except FileNotFoundError:
         raise DataFileError(f"problem file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise DataFileError(f"cannot read problem file {path}: {e}") from None
     body = text.lstrip()
     if body[:1] == "[":
@@ -247,6 +255,7 @@ def _array(text: str, path: Path) -> Iterator[tuple[int, Any]]:
     i = _JSON_SPACE.match(text, text.index("[") + 1).end()
     while i < len(text) and text[i] != "]":
         line, counted = line + text.count("\n", counted, i), i
+        start = i
         try:
             value, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError as e:
@@ -256,7 +265,7 @@ def _array(text: str, path: Path) -> Iterator[tuple[int, Any]]:
             if end is None:
                 raise DataFileError(f"{path}: the item at line {line} does not end") from None
             value, i = unreadable(e), end
-        yield line, value
+        yield line, _unreadable_bytes(text, start, i) or value
         i = _JSON_SPACE.match(text, i).end()
         if text[i:i + 1] == ",":
             i = _JSON_SPACE.match(text, i + 1).end()
@@ -271,19 +280,28 @@ def _array(text: str, path: Path) -> Iterator[tuple[int, Any]]:
 
 def _concatenated(text: str) -> Iterator[tuple[int, Any]]:
     """Objects written one after another (Math23K). After a malformed object, reading resumes at
-    the next line that opens an object, so one broken record costs one count, not the file."""
+    the next object that opens a line or follows a '}', so one broken record costs one count, not
+    the file."""
     decoder, line, counted = json.JSONDecoder(), 1, 0
     i = _SPACE.match(text).end()
     while i < len(text):
-        line, counted = line + text.count("\n", counted, i), i
+        line, counted, start = line + text.count("\n", counted, i), i, i
         try:
             value, i = decoder.raw_decode(text, i)
         except (ValueError, RecursionError) as e:
             end = None if isinstance(e, json.JSONDecodeError) else _value_end(text, i)
-            nxt = _OBJECT_LINE.search(text, i + 1) if end is None else None
-            value, i = unreadable(e), end if end is not None else nxt.start() if nxt else len(text)
-        yield line, value
+            nxt = _NEXT_OBJECT.search(text, i + 1) if end is None else None
+            value, i = unreadable(e), end if end is not None else nxt.end() - 1 if nxt else len(text)
+        yield line, _unreadable_bytes(text, start, i) or value
         i = _SPACE.match(text, i).end()
+
+
+def _unreadable_bytes(text: str, start: int, end: int) -> Unreadable | None:
+    """The record ``text[start:end]`` as unreadable when it holds a byte that is not UTF-8."""
+    bad = _NOT_UTF8.search(text, start, end)
+    if bad is None:
+        return None
+    return Unreadable(MALFORMED_JSON, f"not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x}")
 
 
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
