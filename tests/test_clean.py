@@ -249,6 +249,24 @@ def test_mawps_fold_file_must_match_the_data(tmp_path):
 
 
 @pytest.mark.realdata
+def test_an_unreadable_mawps_record_is_a_counted_skip_that_leaves_the_folds_alone(real_data, tmp_path, capsys):
+    from hlgt.commands.splits import main as write_folds
+
+    records = json.loads((real_data / "mawps" / "MAWPS.json").read_text(encoding="utf-8"))
+    bad_id = str(records[10]["id"])
+    records[10]["ans"] = [1]
+    (tmp_path / "mawps").mkdir()
+    (tmp_path / "mawps" / "MAWPS.json").write_text(json.dumps(records), encoding="utf-8")
+    for k in range(5):
+        for split in ("train", "valid", "test"):
+            whole, edited = read_split("mawps", split, real_data, k), read_split("mawps", split, tmp_path, k)
+            assert [p.id for p in edited.problems] == [p.id for p in whole.problems if p.id != bad_id]
+            assert edited.skipped == whole.skipped + (Counter(bad_field_type=1) if split == "train" else Counter())
+    with pytest.raises(ValueError, match=r"1 record\(s\) cannot be read \(bad_field_type 1; the first: .*mend"):
+        write_folds(["--write-mawps-folds", "--data-dir", str(tmp_path)])
+
+
+@pytest.mark.realdata
 def test_real_math23k_clean(real_data):
     result = load_clean("math23k", real_data)
     assert len(result["train"].examples) >= 20740  # >= 98% of 21,162

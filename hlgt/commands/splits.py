@@ -27,7 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     path = resolve_data_dir(args.data_dir) / FILES["mawps"]["train"]
     require_file(path, "mawps", "train")
-    problems = read_problems(path, lang="en").problems
+    read = read_problems(path, lang="en")
+    if read.skipped:  # folds cut without them would move other problems between folds too
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(read.skipped.items()))
+        raise ValueError(f"{path}: {sum(read.skipped.values())} record(s) cannot be read ({reasons}; the first: "
+                         f"{read.notes[0]}): the folds are cut from every record, so mend the file first")
+    problems = read.problems
     for scheme, out in MAWPS_FOLD_FILES.items():
         spec = make_mawps_folds(problems, scheme=scheme)
         out.parent.mkdir(parents=True, exist_ok=True)

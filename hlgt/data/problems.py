@@ -81,6 +81,7 @@ class ReadResult:
     skipped: collections.Counter = field(default_factory=collections.Counter)  # reason -> count
     records: int = 0  # records seen in the file (problems + skipped)
     notes: list[str] = field(default_factory=list)  # the first MAX_NOTES messages about records, "FILE:LINE: ..."
+    skipped_ids: list[str] = field(default_factory=list)  # the ids of skipped records that have one
 
     def skip(self, reason: str, where: str, detail: str) -> None:
         self.skipped[reason] += 1
@@ -151,12 +152,20 @@ def iter_problems(path: str | Path, result: ReadResult, lang: str | None = None)
             continue
         record = _fields(value, result, where)
         problem = record and _to_problem(record, file_lang, source, result, where, line)
+        if not problem and (skipped_id := _id_of(value)) is not None:
+            result.skipped_ids.append(skipped_id)
         if problem:
             unique = ids.take(problem.id)
             if unique != problem.id:
                 result.note(f"{where}: id {problem.id!r} repeats an earlier record's: read as {unique!r}")
                 problem = dataclasses.replace(problem, id=unique)
             yield problem
+
+
+def _id_of(record: Any) -> str | None:
+    """A record's id as read (a string or an integer), else None."""
+    pid = record.get("id") if isinstance(record, dict) else None
+    return str(pid) if isinstance(pid, (str, int)) and not isinstance(pid, bool) else None
 
 
 def _majority_lang(records: Iterable[tuple[int, Any]]) -> str:

@@ -134,7 +134,9 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
     whole = read_problems(paths[0], lang=LANGS[dataset])
     if dataset != "mawps":
         return whole
-    by_split = mawps_fold_ids(fold, [p.id for p in whole.problems], MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
+    # A skipped record keeps its fold: the fold file is checked against every id the file holds.
+    file_ids = [p.id for p in whole.problems] + whole.skipped_ids
+    by_split = mawps_fold_ids(fold, file_ids, MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
     ids = set(by_split[split])
     problems = [p for p in whole.problems if p.id in ids]
     skipped, notes = collections.Counter(), []
@@ -285,9 +287,10 @@ def mawps_fold_ids(
         in_folds = {i for f in folds for i in f} | set(outside)
         missing, extra = set(file_ids) - in_folds, in_folds - set(file_ids)
         if missing or extra:
+            first = ", ".join(repr(i) for i in [*sorted(missing)[:3], *sorted(extra)[:3]])
             raise ValueError(
                 f"{path} does not match MAWPS.json ({len(missing)} ids of the file in no fold, "
-                f"{len(extra)} fold ids not in the file); regenerate it with "
+                f"{len(extra)} fold ids not in the file, first {first}); regenerate it with "
                 f"`python -m hlgt.data.splits --write-mawps-folds`"
             )
     test = folds[fold]
