@@ -50,7 +50,7 @@ from hlgt.data.problems import UniqueIds, guess_lang, unreadable
 from hlgt.data.schema import to_row
 from hlgt.data.splits import LANGS
 from hlgt.data.srl import AnnotationError, make_annotator
-from hlgt.data.text import tokenize
+from hlgt.data.text import segmented_tokens, tokenize
 from hlgt.data.vocab import UNK
 from hlgt.explain import EMPTY_GRAPH, example_row
 from hlgt.expr import ExprError, as_written, eval_prefix, infix_with_numbers
@@ -282,7 +282,7 @@ def _requests(path: Path, notes: list[str]) -> Iterator[Request]:
                 yield Request(where, unique, None, f"{where}: not an object with a \"text\" (or \"original_text\", "
                                                    "as the datasets write it) string")
                 continue
-            yield Request(where, unique, text, None, None if segmented is None else tuple(segmented.split()))
+            yield Request(where, unique, text, None, None if segmented is None else tuple(segmented_tokens(segmented)))
 
 
 def check_out(in_path: str | Path, out_path: str | Path) -> None:

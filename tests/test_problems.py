@@ -125,6 +125,18 @@ def test_the_layout_is_read_from_two_records_not_the_first_line_alone(tmp_path):
     assert result.skipped == {"malformed_json": 2}  # a line each
 
 
+def test_a_segmented_text_is_read_in_the_forms_a_raw_text_is(tmp_path):
+    # Full-width digits are ASCII ones, invisible characters go: as tokenize reads a raw text.
+    path = tmp_path / "f.jsonl"
+    path.write_text("\n".join(json.dumps({"id": i, "segmented_text": t, "equation": "x=8-3", "ans": "5"})
+                              for i, t in enumerate(["Jack had ８ pens and gave ３ away .", "1\u200b2 \u2060pens",
+                                                     "\u200b \u200e"])) + "\n", encoding="utf-8")
+    result = read_problems(path)
+    assert [p.tokens for p in result.problems] == [("Jack", "had", "8", "pens", "and", "gave", "3", "away", "."),
+                                                   ("12", "pens")]
+    assert result.skipped == {"empty_text": 1}
+
+
 @pytest.mark.parametrize(
     "record, reason",
     [

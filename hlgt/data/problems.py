@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from hlgt.data.text import tokenize
+from hlgt.data.text import segmented_tokens, tokenize
 
 # Reader skip reasons (the report prints them under these names).
 MALFORMED_JSON = "malformed_json"  # not JSON (or not UTF-8 text)
@@ -376,7 +376,7 @@ def _fields(record, result: ReadResult, where: str) -> _Record | None:
 
 def _to_problem(record: _Record, lang: str, source: str, result: ReadResult, where: str,
                 line: int) -> Problem | None:
-    tokens = tuple(record.text.split() if record.segmented else tokenize(record.text, lang))
+    tokens = tuple(segmented_tokens(record.text) if record.segmented else tokenize(record.text, lang))
     if not tokens:
         result.skip(EMPTY_TEXT, where, "no word in its text")
         return None
