@@ -240,7 +240,11 @@ def test_evaluating_a_file_that_has_no_scorable_problem_is_one_line(model_dir, t
     too_long = {"id": "x", "original_text": "A farmer has 3 apples" + " and pears" * 300 + ".", "ans": "3"}
     path = _problem_file(tmp_path / "empty.jsonl", [too_long], "generic")
     assert run_command(main, "evaluate", ["--model", str(model_dir), "--data", str(path)]) == 2
-    assert "no problem can be scored" in capsys.readouterr().err
+    assert "no problem can be scored (not scored: " in capsys.readouterr().err
+    path.write_text('{"id": 1}\n[2]\n', encoding="utf-8")  # why, said: not only that none could be
+    assert run_command(main, "evaluate", ["--model", str(model_dir), "--data", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "\n" not in err.strip() and "(not scored: missing_field 1, not_an_object 1); the first: " in err
 
 
 def test_an_out_that_cannot_take_the_files_is_refused_before_the_model_is_loaded(tmp_path):

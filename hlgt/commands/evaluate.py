@@ -92,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                                        batch_size=args.batch_size, device=args.device, bf16_inference=bf16,
                                        sink=sink, progress=progress, keep_wrong=args.explain_wrong or 0)
         if not tally.n:
-            raise ValueError(f"{what}: no problem can be scored")
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(counts.not_scored.items()))
+            first = counts.read.notes[0] if counts.read.notes else ""
+            raise ValueError(f"{what}: no problem can be scored" + (f" (not scored: {reasons})" if reasons else "")
+                             + (f"; the first: {first}" if first else ""))
     seconds = time.perf_counter() - started
     report = tally.report()
     timed = "end to end (read, prepared, decoded and scored)" if args.data else "(decoded and scored)"
