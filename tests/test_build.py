@@ -157,6 +157,16 @@ def test_missing_training_file_builds_without_vocab(ape_like, tmp_path, capsys):
         build(ape_like, splits=["train"], out=tmp_path / "shards2", actors=0)
 
 
+def test_a_skipped_record_is_named_by_file_and_line_beside_the_counts(ape_like, tmp_path, capsys):
+    valid = tmp_path / "ape210k" / "valid.ape.json"
+    lines = valid.read_text(encoding="utf-8").splitlines()
+    valid.write_text("\n".join([lines[0], '{"id": "cut", "segmented_text": "a', *lines[1:]]) + "\n", encoding="utf-8")
+    out = build(ape_like, splits=["valid"], out=tmp_path / "shards", actors=0)
+    said = f"valid: {valid}:2: malformed_json ("
+    assert f"[build] note: {said}" in capsys.readouterr().out
+    assert any(note.startswith(said) for note in load_manifest(out)["notes"])
+
+
 def test_refuses_to_clear_a_foreign_folder(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=rf"{tmp_path} is no shard folder of this version's builds .*rm -r"):

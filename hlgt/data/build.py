@@ -70,6 +70,7 @@ ROW_CODE = ("hlgt/expr.py", "hlgt/data/problems.py", "hlgt/data/text.py", "hlgt/
             "hlgt/data/clean.py", "hlgt/data/splits.py", "hlgt/data/srl/common.py", "hlgt/data/srl/offline.py",
             "hlgt/data/srl/models.py", "hlgt/data/graph.py", "hlgt/data/vocab.py", "hlgt/data/schema.py",
             "hlgt/data/annotate.py", "hlgt/data/build.py")
+READER_NOTES = 3  # a split's notes on single records printed and kept in the manifest
 
 # ---------------------------------------------------------------------------------------------
 # Inputs: read + clean every split, vocabulary, source hashes, cache key.
@@ -164,6 +165,7 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         vocab = Vocab.build(map(words_read, train.examples), constants, d.min_word_freq)
         counts["train"] = _counts(read, train)
         examples["train"] = train.examples
+        notes += _reader_notes("train", read)
     else:
         notes.append(f"{d.dataset} has no training file: no constants learned (equations that need one "
                      f"keep prefix=None, flag rare_constant) and no vocabulary")
@@ -172,8 +174,15 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         cleaned = clean_split(read.problems, train=False, constants=constants)
         counts[split] = _counts(read, cleaned)
         examples[split] = cleaned.examples
+        notes += _reader_notes(split, read)
     examples = {s: examples[s] for s in splits}
     return Prepared(key, key_parts, vocab, constants, examples, counts, notes)
+
+
+def _reader_notes(split: str, read) -> list[str]:
+    """The first of the reader's notes on single records (each naming its file and line), where
+    it skipped or renamed one: what to mend, beside the counts."""
+    return [f"{split}: {note}" for note in read.notes[:READER_NOTES]]
 
 
 def _counts(read, cleaned) -> dict:
