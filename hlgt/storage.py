@@ -77,6 +77,9 @@ def filesystem(root: str):
 
 MARKER = ".hlgt-folder"
 KINDS = ("run", "sweep", "shards", "curve")
+# The flags that choose another folder of each kind.
+ELSEWHERE = {"run": "--name (or --storage)", "sweep": "--name (or --storage)", "shards": "--out",
+             "curve": "--out"}
 
 
 def copy_folder(local: Path, uri: str) -> int:
@@ -154,10 +157,10 @@ def claim(root: str, kind: str, earlier: tuple[str, ...] = ()) -> None:
     if entries:
         other = folder_kind(root)
         if other not in (None, kind):
-            raise ValueError(f"{root} is a {other} folder, not a {kind} folder: give another --name")
+            raise ValueError(f"{root} is a {other} folder, not a {kind} folder: give another {ELSEWHERE[kind]}")
         if other is None and not any(fnmatch.fnmatch(e, p) for e in entries for p in earlier):
             raise ValueError(f"{root} holds files and no {MARKER}: it is not a {kind} folder the project made, "
-                             "and nothing in it is replaced: give another folder or --name")
+                             f"and nothing in it is replaced: give another {ELSEWHERE[kind]}")
         return
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/{MARKER}") as f:

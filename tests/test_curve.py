@@ -47,7 +47,7 @@ def test_the_out_folder_is_a_curve_folder_never_a_runs_or_a_users(tmp_path, monk
     run = tmp_path / "runs"
     claim(str(run / "full"), "run")
     (run / "full" / "metrics.jsonl").write_text("a trained run's\n")
-    with pytest.raises(ValueError, match=f"{run / 'full'} is a run folder, not a curve folder"):
+    with pytest.raises(ValueError, match=f"{run / 'full'} is a run folder, not a curve folder: give another --out$"):
         main([*TINY, "--ablation", "full", "--out", str(run / "full")])
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -61,6 +61,9 @@ def test_the_out_folder_is_a_curve_folder_never_a_runs_or_a_users(tmp_path, monk
 def test_without_out_the_runs_are_trained_in_a_temporary_folder_removed_after(tmp_path, monkeypatch):
     import tempfile
 
+    import jieba
+
+    jieba.initialize()  # its first load writes a cache into the temporary folder: not the command's
     monkeypatch.setenv("HLGT_STORAGE", str(tmp_path / "storage"))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))

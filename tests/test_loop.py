@@ -490,7 +490,8 @@ def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, caps
     # Nor does a plain run train into it (training replaces best/, checkpoint/ and metrics.jsonl).
     (mine / "best").mkdir()
     (mine / "best" / "model.pt").write_text("the user's")
-    with pytest.raises(ValueError, match=rf"{mine} holds files and no \.hlgt-folder: it is not a run folder"):
+    with pytest.raises(ValueError, match=rf"{mine} holds files and no \.hlgt-folder: it is not a run folder.*: give "
+                                         r"another --name \(or --storage\)$"):
         _command(shards, tmp_path / "runs", "--name", "mine", "--set", "train.epochs=1")
     assert (mine / "best" / "model.pt").read_text() == "the user's"
     assert _command(shards, tmp_path / "runs", "--name", "ours", "--set", "train.epochs=1") == 0
