@@ -78,8 +78,8 @@ def filesystem(root: str):
 MARKER = ".hlgt-folder"
 KINDS = ("run", "sweep", "shards", "curve")
 # The flags that choose another folder of each kind.
-ELSEWHERE = {"run": "--name (or --storage)", "sweep": "--name (or --storage)", "shards": "--out",
-             "curve": "--out"}
+ELSEWHERE = {"run": "--name (or --storage)", "sweep": "--name (or --storage)",
+             "shards": "--out (a training's or sweep's: --set data.shards_dir=DIR)", "curve": "--out"}
 
 
 def copy_folder(local: Path, uri: str) -> int:

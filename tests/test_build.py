@@ -164,7 +164,7 @@ def test_a_skipped_record_is_named_by_file_and_line_beside_the_counts(ape_like, 
     out = build(ape_like, splits=["valid"], out=tmp_path / "shards", actors=0)
     said = f"valid: {valid}:2: malformed_json ("
     assert f"[build] note: {said}" in capsys.readouterr().out
-    assert any(note.startswith(said) for note in load_manifest(out)["notes"])
+    assert load_manifest(out)["splits"]["valid"]["reader_notes"][0].startswith(said.removeprefix("valid: "))
 
 
 def test_refuses_to_clear_a_foreign_folder(tmp_path):

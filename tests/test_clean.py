@@ -264,6 +264,19 @@ def test_an_unreadable_mawps_record_is_a_counted_skip_that_leaves_the_folds_alon
             assert edited.skipped == whole.skipped + (Counter(bad_field_type=1) if split == "train" else Counter())
     with pytest.raises(ValueError, match=r"1 record\(s\) cannot be read \(bad_field_type 1; the first: .*mend"):
         write_folds(["--write-mawps-folds", "--data-dir", str(tmp_path)])
+    # A byte that is not UTF-8 costs the record, which keeps its fold; a record without a readable
+    # id asks for the record to be mended, not the folds.
+    text = (real_data / "mawps" / "MAWPS.json").read_bytes()
+    start = text.index(b'"id": ' + bad_id.encode() + b",")
+    at = text.index(b'"segmented_text": "', start) + len(b'"segmented_text": "')
+    (tmp_path / "mawps" / "MAWPS.json").write_bytes(text[:at] + b"\xe9" + text[at:])
+    test = read_split("mawps", "test", tmp_path, 0)
+    assert [p.id for p in test.problems] == [p.id for p in read_split("mawps", "test", real_data, 0).problems
+                                             if p.id != bad_id]
+    (tmp_path / "mawps" / "MAWPS.json").write_bytes(text[:start] + b'"id": [' + bad_id.encode() + b"]"
+                                                      + text[start + 6 + len(bad_id):])
+    with pytest.raises(ValueError, match=r"1 record\(s\) cannot be read .*mend the records, not the folds"):
+        read_split("mawps", "test", tmp_path, 0)
 
 
 @pytest.mark.realdata

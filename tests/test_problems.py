@@ -123,6 +123,9 @@ def test_the_layout_is_read_from_two_records_not_the_first_line_alone(tmp_path):
     result = read_problems(path)
     assert result.records == 5 and [p.id for p in result.problems] == ["10", "12", "13"]
     assert result.skipped == {"malformed_json": 2}  # a line each
+    path.write_text("[\n" + ",\n".join(lines[:2]) + "\n]\n", encoding="utf-8")  # an array, an item a line
+    result = read_problems(path)
+    assert [p.id for p in result.problems] == ["10", "11"] and not result.skipped
 
 
 def test_a_segmented_text_is_read_in_the_forms_a_raw_text_is(tmp_path):

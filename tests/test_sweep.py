@@ -520,7 +520,14 @@ def test_a_resume_says_the_limits_tune_keeps_from_the_first_start(tmp_path, monk
         restored = ray.tune.Tuner.restore(str(tmp_path / "e"), trainable=trainable, resume_errored=True)
         assert restored_limits(restored, 4, 3) == ("at most 1 trial(s) at once (this run: 4); --max-failures 1 "
                                                    "(this run: 3)")
-        assert restored_limits(restored, 1, 1) == ""
+        assert restored_limits(restored, 1, 1) == ""  # the default scheduler, fifo
+        ray.tune.Tuner(trainable, param_space={"a": ray.tune.grid_search([1])},
+                       tune_config=ray.tune.TuneConfig(metric="x", mode="max",
+                                                       scheduler=ray.tune.schedulers.ASHAScheduler(max_t=2)),
+                       run_config=ray.tune.RunConfig(name="pooled", storage_path=str(tmp_path), verbose=0)).fit()
+        restored = ray.tune.Tuner.restore(str(tmp_path / "pooled"), trainable=trainable)
+        assert restored_limits(restored, 0, 0) == ("one AsyncHyperBandScheduler over every replicate (a sweep started "
+                                                   "before schedulers ran per replicate)")
     finally:
         ray.shutdown()
 
@@ -662,6 +669,10 @@ def test_failed_trials_are_counted_never_chosen_and_an_arm_without_one_finished_
     chosen = results.choose(outcomes([(0, 0, 0.99), (1, 1, 0.5), (1, 2, 0.5), (3, 1, 0.6), (3, 2, 0.6),
                                       (0, 3, 0.99)]))
     assert [t.sample for t in chosen] == [3, 3]
+    # Fold 0 is held by 0 and 2, who compete there: 2 ahead (0.9 against 0.1); 1 lacks it.
+    chosen = results.choose(outcomes([(0, 0, 0.1), (0, 1, 0.1), (1, 1, 0.9), (1, 2, 0.9), (2, 0, 0.9),
+                                      (2, 2, 0.9)]))
+    assert [t.sample for t in chosen] == [2, 2]
     spec = SweepSpec(name="t", storage=str(tmp_path), base={"data.dataset": "sample"}, arms=["full"],
                 samples=[{"model.heads": 4}, {"model.heads": 2}], replicates=[{"data.fold": 0, "train.seed": 1}])
     row, test = results.select_and_test(spec, "full", [trial(0, 0.5, "boom"), trial(1, math.nan, "boom")], None,

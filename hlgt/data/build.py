@@ -165,7 +165,6 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         vocab = Vocab.build(map(words_read, train.examples), constants, d.min_word_freq)
         counts["train"] = _counts(read, train)
         examples["train"] = train.examples
-        notes += _reader_notes("train", read)
     else:
         notes.append(f"{d.dataset} has no training file: no constants learned (equations that need one "
                      f"keep prefix=None, flag rare_constant) and no vocabulary")
@@ -174,15 +173,8 @@ def prepare(cfg: Config, splits: Iterable[str] = SPLITS) -> Prepared:
         cleaned = clean_split(read.problems, train=False, constants=constants)
         counts[split] = _counts(read, cleaned)
         examples[split] = cleaned.examples
-        notes += _reader_notes(split, read)
     examples = {s: examples[s] for s in splits}
     return Prepared(key, key_parts, vocab, constants, examples, counts, notes)
-
-
-def _reader_notes(split: str, read) -> list[str]:
-    """The first of the reader's notes on single records (each naming its file and line), where
-    it skipped or renamed one: what to mend, beside the counts."""
-    return [f"{split}: {note}" for note in read.notes[:READER_NOTES]]
 
 
 def _counts(read, cleaned) -> dict:
@@ -193,6 +185,9 @@ def _counts(read, cleaned) -> dict:
         "clean_dropped": dict(cleaned.dropped),
         "cleaned": len(cleaned.examples),
         "prefix_none": dict(cleaned.unrepresentable),
+        # The reader's first notes on single records (file and line of one skipped or renamed):
+        # what to mend, beside the counts.
+        "reader_notes": read.notes[:READER_NOTES],
     }
 
 
@@ -307,7 +302,7 @@ def build(cfg: Config, splits: Iterable[str] | None = None, out: str | Path | No
     out = out if out is not None else shards_path(cfg)
     t0 = time.perf_counter()
     prepared = prepare(cfg, splits)
-    for note in prepared.notes:
+    for note in prepared.notes + [f"{s}: {n}" for s, c in prepared.counts.items() for n in c["reader_notes"]]:
         print(f"[build] note: {note}", flush=True)
     if is_uri(out):
         return _build_at_uri(cfg, str(out).rstrip("/"), prepared, splits, actors, address, force, batch_size, t0)

@@ -8,7 +8,7 @@ Three layouts are read, detected from the file itself:
 * JSON Lines, one object per line (APE210K and the project's own sample files).
 
 A record needs ``id``, a text and at least one of ``equation`` and ``ans``. The benchmark files
-give ``segmented_text`` (tokens split by spaces, read as they are) and both ``equation`` and
+give ``segmented_text`` (tokens split by spaces, in the forms a raw text is read in) and both ``equation`` and
 ``ans``. The generic format, for files of other sources (SVAMP, ASDiv-A, your own): a JSON list
 or JSON Lines of objects with ``id``, ``original_text`` (raw text, tokenised as ``solve`` does it,
 ``hlgt.data.text``) and ``equation`` (``x=...``) and/or ``ans``; without ``ans`` the answer is the
@@ -149,6 +149,8 @@ def iter_problems(path: str | Path, result: ReadResult, lang: str | None = None)
         result.records += 1
         if isinstance(value, Unreadable):
             result.skip(value.reason, where, value.detail)
+            if value.id is not None:
+                result.skipped_ids.append(value.id)
             continue
         record = _fields(value, result, where)
         problem = record and _to_problem(record, file_lang, source, result, where, line)
@@ -193,9 +195,11 @@ def _check_language(path: Path, problems: list[Problem], lang: str) -> None:
 
 @dataclass(frozen=True)
 class Unreadable:
-    """A record that is not a JSON value Python's reader can take: its skip reason and why."""
+    """A record that is not a JSON value Python's reader can take: its skip reason and why, and
+    its id where it parsed (a byte that is not UTF-8): it keeps its MAWPS fold."""
     reason: str
     detail: str
+    id: str | None = None
 
 
 def unreadable(error: ValueError | RecursionError) -> Unreadable:
@@ -216,9 +220,10 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         with path.open("rb") as f:
             lines = [line.removeprefix(_BOM).lstrip() for line in itertools.islice((x for x in f if x.strip()), 2)]
         objects = [line[:1] == b"{" and _parses_as_object(line) for line in lines]
-        # JSON Lines: its first two lines objects each (or the second, after a broken first); a
-        # first line that is a whole object before an object written over lines is Math23K's layout.
-        if objects and (objects[-1] or objects == [True]):
+        # JSON Lines: a first line that opens an object, and is one or is followed by one (a broken
+        # first line); a whole object before one written over lines ("{" alone) is Math23K's layout.
+        opens_over_lines = len(lines) == 2 and lines[1].strip() == b"{"
+        if lines and lines[0][:1] == b"{" and (objects[-1] or objects[0] and not opens_over_lines):
             return _JsonLines(path)
         # A byte that is not UTF-8 costs its record, not the file (_unreadable_bytes).
         text = path.read_bytes().removeprefix(_BOM).decode("utf-8", "surrogateescape")
@@ -274,7 +279,7 @@ def _array(text: str, path: Path) -> Iterator[tuple[int, Any]]:
             if end is None:
                 raise DataFileError(f"{path}: the item at line {line} does not end") from None
             value, i = unreadable(e), end
-        yield line, _unreadable_bytes(text, start, i) or value
+        yield line, _unreadable_bytes(text, start, i, value) or value
         i = _JSON_SPACE.match(text, i).end()
         if text[i:i + 1] == ",":
             i = _JSON_SPACE.match(text, i + 1).end()
@@ -301,16 +306,17 @@ def _concatenated(text: str) -> Iterator[tuple[int, Any]]:
             end = None if isinstance(e, json.JSONDecodeError) else _value_end(text, i)
             nxt = _NEXT_OBJECT.search(text, i + 1) if end is None else None
             value, i = unreadable(e), end if end is not None else nxt.end() - 1 if nxt else len(text)
-        yield line, _unreadable_bytes(text, start, i) or value
+        yield line, _unreadable_bytes(text, start, i, value) or value
         i = _SPACE.match(text, i).end()
 
 
-def _unreadable_bytes(text: str, start: int, end: int) -> Unreadable | None:
-    """The record ``text[start:end]`` as unreadable when it holds a byte that is not UTF-8."""
+def _unreadable_bytes(text: str, start: int, end: int, value: Any) -> Unreadable | None:
+    """The record ``text[start:end]`` (read as ``value``) as unreadable when it holds a byte that
+    is not UTF-8."""
     bad = _NOT_UTF8.search(text, start, end)
     if bad is None:
         return None
-    return Unreadable(MALFORMED_JSON, f"not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x}")
+    return Unreadable(MALFORMED_JSON, f"not UTF-8 text: byte 0x{ord(bad.group()) - 0xDC00:02x}", _id_of(value))
 
 
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)

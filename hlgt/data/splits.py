@@ -136,7 +136,15 @@ def read_split(dataset: str, split: str, data_dir: str | Path | None = None, fol
         return whole
     # A skipped record keeps its fold: the fold file is checked against every id the file holds.
     file_ids = [p.id for p in whole.problems] + whole.skipped_ids
-    by_split = mawps_fold_ids(fold, file_ids, MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
+    try:
+        by_split = mawps_fold_ids(fold, file_ids, MAWPS_FOLD_FILES[mawps_folds], mawps_valid)
+    except ValueError as error:
+        if not whole.skipped:
+            raise
+        # Records whose id cannot be read: the fold file stands, the file is what to mend.
+        raise ValueError(f"{paths[0]}: {sum(whole.skipped.values())} record(s) cannot be read (the first: "
+                         f"{whole.notes[0]}), and the fold file names ids no readable record holds ({error}): "
+                         "mend the records, not the folds") from error
     ids = set(by_split[split])
     problems = [p for p in whole.problems if p.id in ids]
     skipped, notes = collections.Counter(), []

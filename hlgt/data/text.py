@@ -97,17 +97,17 @@ def _digits(numeral: str) -> str:
 # joiners, direction marks, a BOM inside the text) go: "1\u200b2" is the number 12, as it reads.
 _ASCII_FORMS = str.maketrans({"\u2212": "-", **{chr(0xFF10 + d): str(d) for d in range(10)},
                               **dict.fromkeys([*range(0x200B, 0x2010), 0x2060, 0xFEFF, *range(0x202A, 0x202F)])})
+# A decimal written without its leading zero (".5", "$.75"), as the files write it: "0.5". Not after
+# a letter, a Chinese character or a digit: "千米.7小时" ends a sentence with its period.
+_BARE_DECIMAL = re.compile(r"(?<![\w.])\.(?=\d)")
+# A space before a percent sign (50 %): the Chinese files write 50% (MAWPS's English keeps 5 % apart).
+_SPACED_PERCENT = re.compile(r"(?<=\d)\s+(?=[%％])")
 
 
 def segmented_tokens(text: str) -> list[str]:
     """A file's segmented text as tokens (split on whitespace, as the files write them), its
     characters in the forms ``tokenize`` reads a raw text in."""
     return text.translate(_ASCII_FORMS).split()
-# A decimal written without its leading zero (".5", "$.75"), as the files write it: "0.5". Not after
-# a letter, a Chinese character or a digit: "千米.7小时" ends a sentence with its period.
-_BARE_DECIMAL = re.compile(r"(?<![\w.])\.(?=\d)")
-# A space before a percent sign (50 %): the Chinese files write 50% (MAWPS's English keeps 5 % apart).
-_SPACED_PERCENT = re.compile(r"(?<=\d)\s+(?=[%％])")
 
 
 def tokenize(text: str, lang: str) -> list[str]:

@@ -347,18 +347,28 @@ def run_experiment(spec: SweepSpec, name: str, arms: list[str]):
 
 
 def restored_limits(tuner, at_once: int, max_failures: int) -> str:
-    """Where a restored experiment keeps its first start's limits against this run's: Tune restores
-    its TuneConfig and RunConfig from the experiment's folder (each trial keeps its failure limit
-    too), so a new ``--max-failures`` or more trials at once do not reach it. "" when they agree."""
+    """Where a restored experiment keeps its first start's settings against this run's: Tune
+    restores its TuneConfig and RunConfig from the experiment's folder (each trial keeps its
+    failure limit too), so a new ``--max-failures``, more trials at once (fewer: this run's trial
+    slots hold them) or the per-replicate scheduler do not reach it. "" when nothing differs."""
+    from ray.tune.schedulers import FIFOScheduler
+
+    from hlgt.sweep.schedulers import ByReplicate
+
     internal = getattr(tuner, "_local_tuner", None)  # Tune's own copy; no public reader
-    restored_at_once = getattr(getattr(internal, "_tune_config", None), "max_concurrent_trials", None)
-    failure_config = getattr(getattr(internal, "_run_config", None), "failure_config", None)
-    restored_failures = getattr(failure_config, "max_failures", None)
+    tune_config = getattr(internal, "_tune_config", None)
+    restored_at_once = getattr(tune_config, "max_concurrent_trials", None)
+    restored_failures = getattr(getattr(getattr(internal, "_run_config", None), "failure_config", None),
+                                "max_failures", None)
+    scheduler = getattr(tune_config, "scheduler", None)
     kept = []
-    if restored_at_once is not None and restored_at_once != at_once:
+    if restored_at_once is not None and restored_at_once < at_once:
         kept.append(f"at most {restored_at_once} trial(s) at once (this run: {at_once})")
     if restored_failures is not None and restored_failures != max_failures:
         kept.append(f"--max-failures {restored_failures} (this run: {max_failures})")
+    if scheduler is not None and type(scheduler) not in (ByReplicate, FIFOScheduler):
+        kept.append(f"one {type(scheduler).__name__} over every replicate (a sweep started before schedulers "
+                    "ran per replicate)")
     return "; ".join(kept)
 
 

@@ -291,8 +291,9 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
     """The replicates of the arm's configuration with the best mean validation value accuracy,
     among the ``usable`` trials; none when no trial is. Only the configurations with the most usable
     replicates compete, on the replicates all of them have (one that lost a fold is neither ranked
-    on the folds it kept nor tested on fewer); where they share none, those on the replicates most
-    of them share. Without validation (one configuration), every usable trial."""
+    on the folds it kept nor tested on fewer); where they share none, those holding the replicate
+    most of them hold, on the replicates they all hold. Without validation (one configuration),
+    every usable trial."""
     usable_trials = [t for t in trials if usable(t, validated)]
     if not usable_trials:
         return []
@@ -307,12 +308,12 @@ def choose(trials: list[TrialOutcome], validated: bool = True) -> list[TrialOutc
     complete = {s: ts for s, ts in by_sample.items() if len(ts) == most}
     common = set.intersection(*({t.replicate for t in ts} for ts in complete.values()))
     if not common:
-        # No replicate that all of them have: those on the set of replicates most of them share
-        # compete (the first such set by replicate), never one fold's score against another's.
-        sets = collections.Counter(tuple(sorted(t.replicate for t in ts)) for ts in complete.values())
-        shared = max(sorted(sets), key=lambda r: sets[r])
-        complete = {s: ts for s, ts in complete.items() if tuple(sorted(t.replicate for t in ts)) == shared}
-        common = set(shared)
+        # No replicate that all of them have: those holding the replicate most of them hold (the
+        # first such) compete on the replicates they all hold, never one fold's score against another's.
+        held = collections.Counter(t.replicate for ts in complete.values() for t in ts)
+        most_held = max(sorted(held), key=lambda r: held[r])
+        complete = {s: ts for s, ts in complete.items() if any(t.replicate == most_held for t in ts)}
+        common = set.intersection(*({t.replicate for t in ts} for ts in complete.values()))
 
     def mean(s: int) -> float:
         return statistics.fmean(t.val_value_acc for t in complete[s] if t.replicate in common)

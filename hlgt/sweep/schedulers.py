@@ -4,8 +4,9 @@ ASHA or the median rule compare a trial's validation with other trials' at the s
 trials of one experiment are an arm's configurations on every replicate (fold, seed), and a
 replicate's scores differ from another's by the fold's difficulty and the seed's luck: so each
 replicate gets a scheduler of its own (``ByReplicate``), and a configuration is stopped for doing
-worse than the others on its own fold and seed only. Imported when a sweep starts (it imports
-Ray Tune).
+worse than the others on its own fold and seed only. The median rule compares a trial with at
+least 3 others (Tune's default): with 3 configurations or fewer per arm it stops none. Imported
+when a sweep starts (it imports Ray Tune).
 """
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 Each trial is one (arm, sample, replicate): the base overrides, the arm's overrides
 (``hlgt.config.ABLATIONS``), the sampled configuration and the replicate's fold and seed, in that
-order. An arm trains only the samples that differ in what its model reads.
+order. An arm trains only the samples that differ in what its model reads. The module also names
+the sweep's Tune experiments (``experiments``: one per arm, or one for a table's arms) and the
+schedulers a sweep may use (``SCHEDULERS``).
 """
 from __future__ import annotations
 
