@@ -261,6 +261,9 @@ def test_an_out_another_command_made_is_refused(tmp_path, kind):
     claim(str(tmp_path / "made"), kind)
     with pytest.raises(ValueError, match=f"--out .*made is a {kind} folder: its files are that {kind}'s"):
         main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(tmp_path / "made")])
+    (tmp_path / "made" / "test").mkdir()  # a shard split, a run's best/: written into, it breaks them
+    with pytest.raises(ValueError, match=f"--out .*made/test is inside .*made, which is a {kind} folder"):
+        main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(tmp_path / "made" / "test")])
 
 
 @pytest.mark.parametrize("held", ["checkpoint/trainer_state.pt", "old-run/checkpoint/trainer_state.pt"])

@@ -966,8 +966,10 @@ def test_fresh_removes_only_a_sweep_folder_the_project_made_and_only_once_the_sh
     # A --so-far of the sweep writing its records: --fresh waits for nothing and removes nothing.
     from hlgt.storage import sole_writer
 
-    spec.so_far_dir.mkdir()
-    with sole_writer(str(spec.so_far_dir), "a --so-far"):
+    with sole_writer(str(spec.so_far_dir), "a --so-far"):  # before it made its folder too
+        with pytest.raises(OSError, match=f"a --so-far is writing {spec.so_far_dir}: let it finish"):
+            remove_earlier(spec)
+        spec.so_far_dir.mkdir()
         with pytest.raises(OSError, match=f"a --so-far is writing {spec.so_far_dir}: let it finish"):
             remove_earlier(spec)
     assert (Path(spec.root) / "sweep.json").exists()

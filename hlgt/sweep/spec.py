@@ -257,10 +257,11 @@ def remove_earlier(spec: SweepSpec) -> None:
     """``--fresh``: remove what an earlier sweep of this name left (Tune state, checkpoints, W&B
     runs, results), so that every trial trains anew; only from folders the project made."""
     check_removable(spec)
-    # A --so-far of this sweep holds its folder's lock while it tests and writes records, which a
-    # fresh sweep would then take as tested.
+    # A --so-far of this sweep holds its folder's lock (beside it, made before the folder itself)
+    # while it tests and writes records, which a fresh sweep would then take as tested.
     busy = f"a --so-far is writing {spec.so_far_dir}: let it finish, then run --fresh again"
-    with sole_writer(str(spec.so_far_dir), busy) if spec.so_far_dir.is_dir() else contextlib.nullcontext():
+    held = spec.so_far_dir.parent.is_dir()
+    with sole_writer(str(spec.so_far_dir), busy) if held else contextlib.nullcontext():
         if remove_owned(spec.root, "sweep", "--fresh"):
             print(f"[sweep] --fresh: removed {spec.root}", flush=True)
         if is_uri(spec.root):

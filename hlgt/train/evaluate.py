@@ -338,9 +338,12 @@ def check_out_folder(out: str) -> Path:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise NotADirectoryError(f"--out {out}: {existing} is a file, not a folder")
-    kind = ("run" if holds_run(path) else folder_kind(str(path))) if path.is_dir() else None
-    if kind is not None:
-        raise ValueError(f"--out {out} is a {kind} folder: its files are that {kind}'s, give another folder")
+    for folder in (p for p in (path, *path.parents) if p.is_dir()):  # nor a folder inside one
+        kind = "run" if holds_run(folder) else folder_kind(str(folder))
+        if kind is not None:
+            inside = "" if folder == path else f" is inside {folder}, which"
+            raise ValueError(f"--out {out}{inside} is a {kind} folder: its files are that {kind}'s, give "
+                             "another folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(f"--out {out}: the folder {existing} is not writable")
     return path
