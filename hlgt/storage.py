@@ -147,8 +147,9 @@ def folder_kind(root: str) -> str | None:
 def claim(root: str, kind: str, earlier: tuple[str, ...] = ()) -> None:
     """Make ``root`` this command's folder of ``kind``: created with its marker when it is missing
     or empty; a folder of another kind is refused, and so is a non-empty folder without a marker
-    unless an entry matches a pattern of ``earlier`` (what an earlier version's folder of ``kind``
-    holds: that folder is resumed as it is, and never deleted)."""
+    unless it holds what a pattern of ``earlier`` names (what an earlier version's folder of
+    ``kind`` holds; "a/b": an entry matching "a" holding the file "b"): that folder is resumed as
+    it is, and never deleted."""
     assert kind in KINDS, kind
     fs, path, found, pafs = _info(root)
     if found == pafs.FileType.File:
@@ -158,13 +159,24 @@ def claim(root: str, kind: str, earlier: tuple[str, ...] = ()) -> None:
         other = folder_kind(root)
         if other not in (None, kind):
             raise ValueError(f"{root} is a {other} folder, not a {kind} folder: give another {ELSEWHERE[kind]}")
-        if other is None and not any(fnmatch.fnmatch(e, p) for e in entries for p in earlier):
+        if other is None and not _holds_earlier(fs, path, entries, earlier):
             raise ValueError(f"{root} holds files and no {MARKER}: it is not a {kind} folder the project made, "
                              f"and nothing in it is replaced: give another {ELSEWHERE[kind]}")
         return
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/{MARKER}") as f:
         f.write(json.dumps({"kind": kind, "made_by": "hlgt"}).encode("utf-8") + b"\n")
+
+
+def _holds_earlier(fs, path: str, entries: list[str], earlier: tuple[str, ...]) -> bool:
+    import pyarrow.fs
+
+    for pattern in earlier:
+        head, _, inner = pattern.partition("/")
+        for entry in (e for e in entries if fnmatch.fnmatch(e, head)):
+            if not inner or fs.get_file_info(f"{path}/{entry}/{inner}").type == pyarrow.fs.FileType.File:
+                return True
+    return False
 
 
 def check_owned(root: str, kind: str, flag: str) -> None:

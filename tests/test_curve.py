@@ -55,6 +55,13 @@ def test_the_out_folder_is_a_curve_folder_never_a_runs_or_a_users(tmp_path, monk
     with pytest.raises(ValueError, match=f"{mine} holds files and no .hlgt-folder: it is not a curve folder"):
         main([*TINY, "--ablation", "full", "--out", str(mine)])
     assert (run / "full" / "metrics.jsonl").read_text() == "a trained run's\n" and not any((mine / "full").iterdir())
+    # A curve folder holding a run a training made in it (an arm's name): that arm is refused.
+    ours = tmp_path / "ours"
+    claim(str(ours), "curve")
+    claim(str(ours / "full"), "run")
+    with pytest.raises(ValueError, match=f"{ours / 'full'} is a run folder, not the curve's arm full: give another"):
+        main([*TINY, "--ablation", "gts,full", "--out", str(ours), "--epochs", "1"])
+    assert not (ours / "gts").exists()  # refused before any arm trained
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -494,6 +494,18 @@ def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, caps
                                          r"another --name \(or --storage\)$"):
         _command(shards, tmp_path / "runs", "--name", "mine", "--set", "train.epochs=1")
     assert (mine / "best" / "model.pt").read_text() == "the user's"
+    # A folder of the user's named checkpoint is no earlier version's run: it holds no trainer state.
+    (mine / "checkpoint").mkdir()
+    (mine / "checkpoint" / "notes.txt").write_text("the user's")
+    with pytest.raises(ValueError, match=rf"{mine} holds files and no \.hlgt-folder"):
+        _command(shards, tmp_path / "runs", "--name", "mine", "--set", "train.epochs=1")
+    assert (mine / "checkpoint" / "notes.txt").read_text() == "the user's"
+    # Nor does a training put a run into another command's folder (a curve's arms, a sweep's).
+    from hlgt.storage import claim
+
+    claim(str(tmp_path / "a-curve"), "curve")
+    with pytest.raises(ValueError, match="--storage .*a-curve is a curve folder: its folders are that curve's"):
+        _command(shards, tmp_path / "a-curve", "--name", "full", "--set", "train.epochs=1")
     assert _command(shards, tmp_path / "runs", "--name", "ours", "--set", "train.epochs=1") == 0
     assert _command(shards, tmp_path / "runs", "--name", "ours", "--fresh", "--set", "train.epochs=1") == 0
     assert "--fresh: removed" in capsys.readouterr().out

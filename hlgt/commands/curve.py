@@ -32,7 +32,7 @@ from hlgt.config import ABLATIONS, DATASET_DEFAULTS, Config, ablation_arms, chec
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards
 from hlgt.data.splits import MAWPS_FOLD_FILES
-from hlgt.storage import claim, sole_writer, write_text
+from hlgt.storage import claim, folder_kind, sole_writer, write_text
 from hlgt.train.curve import curve_rows, curve_table, curves_side_by_side, train_arms
 
 PROG = "hlgt-curve"
@@ -125,6 +125,9 @@ def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config],
     started = time.perf_counter()
     jobs_args = {arm: (arm, configs[arm], shards, args.limit, args.val_limit, str(out / re.sub(r"[^\w.-]+", "_", arm)),
                      args.device) for arm in arms}
+    for arm, job in jobs_args.items():  # an arm's folder is the curve's, never a run a training made there
+        if (kind := folder_kind(job[5])) is not None:
+            raise ValueError(f"{job[5]} is a {kind} folder, not the curve's arm {arm}: give another --out")
     histories = train_arms(jobs_args, jobs)
     minutes = (time.perf_counter() - started) / 60
     table, side = curve_table(histories), curves_side_by_side(histories)

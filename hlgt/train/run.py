@@ -19,7 +19,7 @@ from hlgt.data.build import ensure_shards, fold_tag
 from hlgt.data.shards import use_shards
 from hlgt.model.solver import read_json_object
 from hlgt.ray_session import start_ray
-from hlgt.storage import check_owned, claim, is_uri, remove_owned, sole_writer
+from hlgt.storage import check_owned, claim, folder_kind, is_uri, remove_owned, sole_writer
 from hlgt.train import checkpoint, launch, loop
 
 
@@ -55,6 +55,10 @@ def train_run(cfg: Config, name: str, shards: str | None = None, address: str | 
     if not use_ray and is_uri(run_dir):
         raise ValueError(f"in process the run folder is on this machine, not {run_dir}: give --storage DIR, "
                          "or train with Ray")
+    inside = folder_kind(cfg.train.out_dir)
+    if inside is not None:  # a curve's arm, a sweep's or shard folder's entry: another command's files
+        raise ValueError(f"--storage {cfg.train.out_dir} is a {inside} folder: its folders are that {inside}'s, "
+                         "give another --storage")
     # The shards are held for reading until the run ends: it reads them each epoch and at its end.
     with sole_trainer(run_dir), contextlib.ExitStack() as held:
         if fresh:
@@ -65,7 +69,7 @@ def train_run(cfg: Config, name: str, shards: str | None = None, address: str | 
         if fresh and remove_owned(run_dir, "run", "--fresh"):
             print(f"[train] --fresh: removed {run_dir}", flush=True)
         check_resumable(cfg, run_dir, use_ray)
-        claim(run_dir, "run", earlier=("checkpoint", "checkpoint_*"))
+        claim(run_dir, "run", earlier=(f"checkpoint/{checkpoint.STATE_FILE}", f"checkpoint_*/{checkpoint.STATE_FILE}"))
         if use_ray:
             start_ray(address)
             return launch.fit(cfg, folder, name=name, storage=cfg.train.out_dir,
