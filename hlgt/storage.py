@@ -208,17 +208,30 @@ def remove_owned(root: str, kind: str, flag: str) -> bool:
 @contextlib.contextmanager
 def _flock(path: Path, mode: int, busy: Callable[[], None], open_mode: str = "a+") -> Iterator[None]:
     """Hold the lock file ``path`` in ``mode`` (shared or exclusive); when another command holds
-    it the other way, ``busy()`` runs first (it may raise instead of waiting)."""
+    it the other way, ``busy()`` runs first (it may raise instead of waiting). A storage that takes
+    no file locks (NFS without its lock daemon, Lustre mounted without flock) is an ``OSError``
+    naming the lock file: nothing would keep two commands apart there."""
     with open(path, open_mode) as lock:
         try:
-            fcntl.flock(lock, mode | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(lock, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy()
+                fcntl.flock(lock, mode)
         except BlockingIOError:
-            busy()
-            fcntl.flock(lock, mode)
+            raise
+        except OSError as error:
+            raise NoLocks(f"cannot lock {path} ({error.strerror or error}): this storage takes no file locks, "
+                          "so commands sharing its folders cannot be kept apart; use a local disk or a mount "
+                          "with locks (NFS with lockd, Lustre with -o flock)") from error
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class NoLocks(OSError):
+    """The storage of a lock file takes no file locks."""
 
 
 @contextlib.contextmanager
@@ -260,7 +273,11 @@ def reading(folder: str | Path) -> Iterator[None]:
     def say_wait() -> None:
         print(f"[shards] waiting for another command replacing {folder}", flush=True)
 
-    with _flock(lock, fcntl.LOCK_SH, say_wait, open_mode):
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(_flock(lock, fcntl.LOCK_SH, say_wait, open_mode))
+        except NoLocks as error:  # a reader goes on: only writers need the lock to stay apart
+            print(f"[shards] {error}; reading {folder} without a hold", flush=True)
         yield
 
 

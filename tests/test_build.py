@@ -453,6 +453,25 @@ def test_a_folder_that_takes_no_lock_file_is_read_without_a_hold():
         pass
 
 
+def test_a_storage_without_file_locks_stops_writers_and_lets_readers_read(tmp_path, monkeypatch, capsys):
+    # NFS without its lock daemon, Lustre without -o flock: flock fails with ENOLCK.
+    import errno
+
+    from hlgt import storage
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(storage.fcntl, "flock", no_locks)
+    (tmp_path / "run").mkdir()
+    with pytest.raises(OSError, match=r"cannot lock .*\.run\.lock \(No locks available\): this storage takes no"):
+        with storage.sole_writer(str(tmp_path / "run"), "busy"):
+            pass
+    with storage.reading(tmp_path / "run"):
+        pass
+    assert "reading " + str(tmp_path / "run") + " without a hold" in capsys.readouterr().out
+
+
 def test_shards_at_a_uri_are_built_locally_and_copied_up(tmp_path, sample_shards, capsys):
     """A cluster's shared storage is a URI (s3://...; file:// here takes the same path through
     pyarrow's filesystems): the shards land there, not in a local folder named after it."""
