@@ -212,22 +212,26 @@ def _flock(path: Path, mode: int, busy: Callable[[], None], open_mode: str = "a+
     no file locks (NFS without its lock daemon, Lustre mounted without flock) is an ``OSError``
     naming the lock file: nothing would keep two commands apart there."""
     with open(path, open_mode) as lock:
-        try:
-            try:
-                fcntl.flock(lock, mode | fcntl.LOCK_NB)
-            except BlockingIOError:
-                busy()
-                fcntl.flock(lock, mode)
-        except BlockingIOError:
-            raise
-        except OSError as error:
-            raise NoLocks(f"cannot lock {path} ({error.strerror or error}): this storage takes no file locks, "
-                          "so commands sharing its folders cannot be kept apart; use a local disk or a mount "
-                          "with locks (NFS with lockd, Lustre with -o flock)") from error
+        if not _locked(lock, mode | fcntl.LOCK_NB, path):
+            busy()
+            _locked(lock, mode, path)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _locked(lock, mode: int, path: Path) -> bool:
+    """``flock(lock, mode)``: False when another command holds it (``LOCK_NB``)."""
+    try:
+        fcntl.flock(lock, mode)
+    except BlockingIOError:
+        return False
+    except OSError as error:
+        raise NoLocks(f"cannot lock {path} ({error.strerror or error}): this storage takes no file locks, "
+                      "so commands sharing its folders cannot be kept apart; use a local disk or a mount "
+                      "with locks (NFS with lockd, Lustre with -o flock)") from error
+    return True
 
 
 class NoLocks(OSError):

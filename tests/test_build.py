@@ -470,6 +470,11 @@ def test_a_storage_without_file_locks_stops_writers_and_lets_readers_read(tmp_pa
     with storage.reading(tmp_path / "run"):
         pass
     assert "reading " + str(tmp_path / "run") + " without a hold" in capsys.readouterr().out
+    monkeypatch.undo()
+    with storage.sole_writer(str(tmp_path / "run"), "busy"):  # held: a second writer is refused as busy
+        with pytest.raises(OSError, match="^busy$"):
+            with storage.sole_writer(str(tmp_path / "run"), "busy"):
+                pass
 
 
 def test_shards_at_a_uri_are_built_locally_and_copied_up(tmp_path, sample_shards, capsys):
