@@ -159,7 +159,7 @@ def claim(root: str, kind: str, earlier: tuple[str, ...] = ()) -> None:
         other = folder_kind(root)
         if other not in (None, kind):
             raise ValueError(f"{root} is a {other} folder, not a {kind} folder: give another {ELSEWHERE[kind]}")
-        if other is None and not _holds_earlier(fs, path, entries, earlier):
+        if other is None and not _holds_earlier(fs, path, entries, earlier, pafs.FileType.File):
             raise ValueError(f"{root} holds files and no {MARKER}: it is not a {kind} folder the project made, "
                              f"and nothing in it is replaced: give another {ELSEWHERE[kind]}")
         return
@@ -168,13 +168,11 @@ def claim(root: str, kind: str, earlier: tuple[str, ...] = ()) -> None:
         f.write(json.dumps({"kind": kind, "made_by": "hlgt"}).encode("utf-8") + b"\n")
 
 
-def _holds_earlier(fs, path: str, entries: list[str], earlier: tuple[str, ...]) -> bool:
-    import pyarrow.fs
-
+def _holds_earlier(fs, path: str, entries: list[str], earlier: tuple[str, ...], file_type) -> bool:
     for pattern in earlier:
         head, _, inner = pattern.partition("/")
         for entry in (e for e in entries if fnmatch.fnmatch(e, head)):
-            if not inner or fs.get_file_info(f"{path}/{entry}/{inner}").type == pyarrow.fs.FileType.File:
+            if not inner or fs.get_file_info(f"{path}/{entry}/{inner}").type == file_type:
                 return True
     return False
 
@@ -267,7 +265,8 @@ def reading(folder: str | Path) -> Iterator[None]:
     meanwhile, so nothing replaces the files under it. While another command replaces them, this
     one waits, saying so. A lock file another user made is held through a read-only handle. Where
     none can be made or opened beside the folder (read-only storage), no command can replace the
-    files either: nothing is held; nor for a URI (s3://...), whose users keep its names apart."""
+    files either: nothing is held; nor for a URI (s3://...), whose users keep its names apart; nor,
+    said, where the storage takes no file locks."""
     lock = None if is_uri(folder) else _lock_file(Path(folder), "readers")
     open_mode = lock and _open_mode(lock)
     if not open_mode:
@@ -281,7 +280,7 @@ def reading(folder: str | Path) -> Iterator[None]:
         try:
             held.enter_context(_flock(lock, fcntl.LOCK_SH, say_wait, open_mode))
         except NoLocks as error:  # a reader goes on: only writers need the lock to stay apart
-            print(f"[shards] {error}; reading {folder} without a hold", flush=True)
+            print(f"[shards] reading {folder} without a hold: {error}", flush=True)
         yield
 
 

@@ -469,7 +469,7 @@ def test_a_storage_without_file_locks_stops_writers_and_lets_readers_read(tmp_pa
             pass
     with storage.reading(tmp_path / "run"):
         pass
-    assert "reading " + str(tmp_path / "run") + " without a hold" in capsys.readouterr().out
+    assert f"reading {tmp_path / 'run'} without a hold: cannot lock" in capsys.readouterr().out
     monkeypatch.undo()
     with storage.sole_writer(str(tmp_path / "run"), "busy"):  # held: a second writer is refused as busy
         with pytest.raises(OSError, match="^busy$"):

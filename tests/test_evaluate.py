@@ -275,6 +275,16 @@ def test_an_out_of_a_run_s_checkpoint_or_of_a_run_before_markers_is_refused(tmp_
         main(["--model", str(tmp_path / "no-model"), "--data", "f.jsonl", "--out", str(out)])
 
 
+def test_an_out_beside_runs_and_files_named_like_checkpoints_is_taken(tmp_path):
+    # Only a run's layout (a marker, a trainer state) makes a folder a run's, not a name.
+    from hlgt.train.evaluate import check_out_folder
+
+    (tmp_path / "runs" / "checkpoint_lr3e-4" / "checkpoint").mkdir(parents=True)  # a run so named, beside
+    (tmp_path / "runs" / "checkpoint_lr3e-4" / "checkpoint" / "trainer_state.pt").touch()
+    (tmp_path / "checkpoint_best.pt").touch()  # a file of the user's, above
+    assert check_out_folder(str(tmp_path / "runs" / "eval")) == (tmp_path / "runs" / "eval").resolve()
+
+
 def test_a_rewrite_cut_short_leaves_the_earlier_predictions(tmp_path, scored, monkeypatch):
     import hlgt.train.evaluate as E
 

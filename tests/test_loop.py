@@ -500,9 +500,18 @@ def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, caps
     with pytest.raises(ValueError, match=rf"{mine} holds files and no \.hlgt-folder"):
         _command(shards, tmp_path / "runs", "--name", "mine", "--set", "train.epochs=1")
     assert (mine / "checkpoint" / "notes.txt").read_text() == "the user's"
-    # Nor does a training put a run into another command's folder (a curve's arms, a sweep's).
+    # An earlier version's run (no marker, a checkpoint with its trainer state) is still taken.
     from hlgt.storage import claim
+    from hlgt.train.checkpoint import EARLIER_RUN, STATE_FILE
 
+    (tmp_path / "old" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "old" / "checkpoint" / STATE_FILE).touch()
+    (tmp_path / "old-ray" / "checkpoint_2026-12-01_10-00-00.000000").mkdir(parents=True)
+    (tmp_path / "old-ray" / "checkpoint_2026-12-01_10-00-00.000000" / STATE_FILE).touch()
+    for old in ("old", "old-ray"):
+        claim(str(tmp_path / old), "run", earlier=EARLIER_RUN)
+        assert not (tmp_path / old / ".hlgt-folder").exists()  # resumed as it is
+    # Nor does a training put a run into another command's folder (a curve's arms, a sweep's).
     claim(str(tmp_path / "a-curve"), "curve")
     with pytest.raises(ValueError, match="--storage .*a-curve is a curve folder: its folders are that curve's"):
         _command(shards, tmp_path / "a-curve", "--name", "full", "--set", "train.epochs=1")

@@ -975,6 +975,9 @@ def test_fresh_removes_only_a_sweep_folder_the_project_made_and_only_once_the_sh
     assert (Path(spec.root) / "sweep.json").exists()
     remove_earlier(spec)
     assert not Path(spec.root).exists()
+    Path(spec.root).mkdir()  # an empty folder of that name: removed, no lock file left in it
+    remove_earlier(spec)
+    assert not Path(spec.root).exists()
 
 
 def test_a_plan_beyond_max_trials_is_refused_before_it_is_enumerated(tmp_path, monkeypatch):

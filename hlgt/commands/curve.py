@@ -109,7 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         stack.enter_context(sole_writer(str(out), f"another command is writing {out}: let it finish, or give "
                                                   "another --out"))
         claim(str(out), "curve", earlier=("curve.json",))  # never a run's, a sweep's or a user's folder
+        for arm in arms:  # an arm's folder is the curve's, never a run a training made there
+            if (kind := folder_kind(str(arm_folder(out, arm)))) is not None:
+                raise ValueError(f"{arm_folder(out, arm)} is a {kind} folder, not the curve's arm {arm}: give "
+                                 "another --out")
         return curve(args, arms, configs, jobs, threads, out, stack)
+
+
+def arm_folder(out: Path, arm: str) -> Path:
+    """Where an arm (``ARM+key=value``, made a folder name) trains."""
+    return out / re.sub(r"[^\w.-]+", "_", arm)
 
 
 def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config], jobs: int, threads: int,
@@ -123,11 +132,8 @@ def curve(args: argparse.Namespace, arms: list[str], configs: dict[str, Config],
           f"batch {first.train.batch_size}; {jobs} at once, {threads} torch thread(s) each, {args.device}",
           flush=True)
     started = time.perf_counter()
-    jobs_args = {arm: (arm, configs[arm], shards, args.limit, args.val_limit, str(out / re.sub(r"[^\w.-]+", "_", arm)),
+    jobs_args = {arm: (arm, configs[arm], shards, args.limit, args.val_limit, str(arm_folder(out, arm)),
                      args.device) for arm in arms}
-    for arm, job in jobs_args.items():  # an arm's folder is the curve's, never a run a training made there
-        if (kind := folder_kind(job[5])) is not None:
-            raise ValueError(f"{job[5]} is a {kind} folder, not the curve's arm {arm}: give another --out")
     histories = train_arms(jobs_args, jobs)
     minutes = (time.perf_counter() - started) / 60
     table, side = curve_table(histories), curves_side_by_side(histories)

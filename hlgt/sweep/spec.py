@@ -18,7 +18,7 @@ from typing import Any
 from hlgt.config import ABLATIONS, Config
 from hlgt.data.build import ensure_shards
 from hlgt.data.shards import use_shards
-from hlgt.storage import check_owned, claim, filesystem, is_uri, remove_owned, sole_writer, write_text
+from hlgt.storage import check_owned, claim, filesystem, folder_kind, is_uri, remove_owned, sole_writer, write_text
 from hlgt.sweep.space import describe
 
 # The spec is checked before torch loads (seconds): the solver's weight formats and the checkpoint's
@@ -260,7 +260,7 @@ def remove_earlier(spec: SweepSpec) -> None:
     # A --so-far of this sweep holds its folder's lock (beside it, made before the folder itself)
     # while it tests and writes records, which a fresh sweep would then take as tested.
     busy = f"a --so-far is writing {spec.so_far_dir}: let it finish, then run --fresh again"
-    held = spec.so_far_dir.parent.is_dir()
+    held = folder_kind(str(spec.local_dir)) == "sweep"  # a --so-far needs the sweep to have started
     with sole_writer(str(spec.so_far_dir), busy) if held else contextlib.nullcontext():
         if remove_owned(spec.root, "sweep", "--fresh"):
             print(f"[sweep] --fresh: removed {spec.root}", flush=True)

@@ -74,11 +74,16 @@ def _model_folder(directory: Path, cfg: Config, solver: nn.Module, about: Mappin
                                              encoding="utf-8")
 
 
+# What a run folder of a version before the marker holds: an in-process run's checkpoint, or Ray
+# Train's (``checkpoint_<time>/``), each with its trainer state.
+EARLIER_RUN = (f"checkpoint/{STATE_FILE}", f"checkpoint_*/{STATE_FILE}")
+
+
 def holds_run(folder: Path) -> bool:
     """Whether ``folder`` is a run's or one of its checkpoints (the predictions there are its best
     model's): the marker training writes, a trainer state, or a run of a version before the marker."""
     return (folder_kind(str(folder)) == "run" or (folder / STATE_FILE).is_file()
-            or (folder / "checkpoint").is_dir() or any(folder.glob("checkpoint_*")))
+            or any(p.is_file() for pattern in EARLIER_RUN for p in folder.glob(pattern)))
 
 
 def read_checkpoint(directory: str | Path) -> dict:

@@ -331,9 +331,9 @@ def write_tables(directory: Path, split: str, report: Report, not_scored: int = 
 
 def check_out_folder(out: str) -> Path:
     """``--out`` as a folder that can be written, checked before anything is evaluated: an
-    existing writable folder, or one that can be made in a writable folder, and not a folder
-    another command made, a run's checkpoint among them (a run's predictions replaced by another
-    model's would pass for the run's)."""
+    existing writable folder, or one that can be made in a writable folder, and neither a folder
+    another command made (a run's checkpoint among them: a run's predictions replaced by another
+    model's would pass for the run's) nor one inside such a folder."""
     path = Path(out).resolve()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():

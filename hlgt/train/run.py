@@ -69,7 +69,7 @@ def train_run(cfg: Config, name: str, shards: str | None = None, address: str | 
         if fresh and remove_owned(run_dir, "run", "--fresh"):
             print(f"[train] --fresh: removed {run_dir}", flush=True)
         check_resumable(cfg, run_dir, use_ray)
-        claim(run_dir, "run", earlier=(f"checkpoint/{checkpoint.STATE_FILE}", f"checkpoint_*/{checkpoint.STATE_FILE}"))
+        claim(run_dir, "run", earlier=checkpoint.EARLIER_RUN)
         if use_ray:
             start_ray(address)
             return launch.fit(cfg, folder, name=name, storage=cfg.train.out_dir,
