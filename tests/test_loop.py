@@ -506,8 +506,9 @@ def test_fresh_removes_only_a_run_folder_the_project_made(shards, tmp_path, caps
 
     (tmp_path / "old" / "checkpoint").mkdir(parents=True)
     (tmp_path / "old" / "checkpoint" / STATE_FILE).touch()
-    (tmp_path / "old-ray" / "checkpoint_2026-12-01_10-00-00.000000").mkdir(parents=True)
-    (tmp_path / "old-ray" / "checkpoint_2026-12-01_10-00-00.000000" / STATE_FILE).touch()
+    ray_checkpoint = tmp_path / "old-ray" / "checkpoint_000001"  # Ray Train's checkpoint_<time> folders
+    ray_checkpoint.mkdir(parents=True)
+    (ray_checkpoint / STATE_FILE).touch()
     for old in ("old", "old-ray"):
         claim(str(tmp_path / old), "run", earlier=EARLIER_RUN)
         assert not (tmp_path / old / ".hlgt-folder").exists()  # resumed as it is

@@ -27,6 +27,7 @@ from hlgt.progress import Progress
 from hlgt.solve import model_lang
 from hlgt.storage import replacing
 from hlgt.train.evaluate import (
+    by_reason,
     check_out_folder,
     evaluate_chunks,
     explain_wrong,
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                                        batch_size=args.batch_size, device=args.device, bf16_inference=bf16,
                                        sink=sink, progress=progress, keep_wrong=args.explain_wrong or 0)
         if not tally.n:
-            reasons = ", ".join(f"{k} {v}" for k, v in sorted(counts.not_scored.items()))
+            reasons = by_reason(counts.not_scored)
             first = counts.read.notes[0] if counts.read.notes else ""
             raise ValueError(f"{what}: no problem can be scored" + (f" (not scored: {reasons})" if reasons else "")
                              + (f"; the first: {first}" if first else ""))

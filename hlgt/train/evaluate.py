@@ -369,14 +369,19 @@ def explain_wrong(pages: PageFolder, model_dir, solver, flat: dict, wrong: Seque
         about=about, chart=chart, note=f"The first {len(entries)} problems solved wrongly, in file order."))
 
 
+def by_reason(counts: Mapping[str, int]) -> str:
+    """``"missing_field 1, not_an_object 2"``: counts by reason, in reason order."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
 def file_summary(tally: Tally, counts: FileCounts) -> str:
     """What became of every record of a ``--data`` file, and the accuracy over all of them; then
     the first notes about single records, each naming its file and line."""
     not_scored = counts.not_scored
     lost = sum(not_scored.values())
     total = tally.n + lost
-    reasons = ", ".join(f"{k} {v}" for k, v in sorted(not_scored.items())) or "none"
-    gold = ", ".join(f"{k} {v}" for k, v in sorted(counts.unanswerable.items())) or "none"
+    reasons = by_reason(not_scored) or "none"
+    gold = by_reason(counts.unanswerable) or "none"
     lines = [f"[evaluate] {counts.read.records} records: {tally.n} scored, {lost} not scored ({reasons}); "
              f"without a gold equation the model can write: {gold}. Value accuracy over all "
              f"{total} problems (not scored = wrong): {M.percent(tally.value_right / max(total, 1))}%"]
